@@ -1,0 +1,65 @@
+"""Dispatch overhead: a tftvm elementwise add vs TF's own tf.add, same run, same inputs.
+
+    python benchmarks/overhead.py [--repeats N]
+
+Prints median times and the ratio tftvm/TF, eager and in tf.function, for a
+1-element tensor and a 64 MiB tensor (float32). The target is a ratio <= 1.10.
+"""
+from __future__ import annotations
+
+import argparse
+import platform
+import time
+
+import numpy as np
+import tensorflow as tf
+import tftvm
+from tvm import te
+
+
+def make_add():
+    n = te.var("n")
+    a = te.placeholder((n,), "float32", name="a")
+    b = te.placeholder((n,), "float32", name="b")
+    return tftvm.op([a, b], [te.compute((n,), lambda i: a[i] + b[i], name="c")], name="add")
+
+
+def median_seconds(fn, repeats: int, inner: int) -> float:
+    for _ in range(max(3, inner)):
+        fn()
+    samples = []
+    for _ in range(repeats):
+        start = time.perf_counter()
+        for _ in range(inner):
+            fn()
+        samples.append((time.perf_counter() - start) / inner)
+    return float(np.median(samples))
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--repeats", type=int, default=21)
+    args = parser.parse_args()
+    add = make_add()
+    graph_tf = tf.function(tf.add)
+    graph_tvm = tf.function(add)
+    rows = []
+    for label, n, inner in (("1 element", 1, 2000), ("64 MiB", 16 << 20, 3)):
+        x, y = tf.random.uniform([n]), tf.random.uniform([n])
+        np.testing.assert_array_equal(add(x, y).numpy(), tf.add(x, y).numpy())
+        for mode, f_tf, f_tvm in (("eager", tf.add, add), ("tf.function", graph_tf, graph_tvm)):
+            # Interleave the two so drift in machine load hits both alike.
+            t_tf, t_tvm = [], []
+            for _ in range(3):
+                t_tf.append(median_seconds(lambda: f_tf(x, y), args.repeats, inner))
+                t_tvm.append(median_seconds(lambda: f_tvm(x, y), args.repeats, inner))
+            rows.append((label, mode, min(t_tf), min(t_tvm)))
+    print(f"{platform.processor() or platform.machine()}, {tf.config.threading.get_intra_op_parallelism_threads() or 'default'} intra-op threads, "
+          f"TF {tf.__version__}, tftvm {tftvm.__version__}")  # fmt: skip
+    print(f"{'size':<11}{'mode':<13}{'TF µs':>11}{'tftvm µs':>11}{'tftvm/TF':>10}")
+    for label, mode, t_tf, t_tvm in rows:
+        print(f"{label:<11}{mode:<13}{t_tf * 1e6:>11.1f}{t_tvm * 1e6:>11.1f}{t_tvm / t_tf:>10.2f}")
+
+
+if __name__ == "__main__":
+    main()

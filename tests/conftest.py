@@ -1,0 +1,56 @@
+import os
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+# One private cache per test session unless the caller chose one (CI does).
+os.environ.setdefault("TFTVM_CACHE_DIR", tempfile.mkdtemp(prefix="tftvm-test-cache-"))
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+
+import numpy as np  # noqa: E402
+import pytest  # noqa: E402
+
+
+def run_python(code: str, env: dict | None = None, timeout: float = 300) -> subprocess.CompletedProcess:
+    """Run `code` in a fresh interpreter (a crash there fails a test, not the runner)."""
+    full_env = dict(os.environ, **(env or {}))
+    return subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          env=full_env, timeout=timeout)  # fmt: skip
+
+
+@pytest.fixture
+def rng():
+    return np.random.default_rng(1234)
+
+
+@pytest.fixture(scope="session")
+def add_bias():
+    """The op from the issue: C = A + B (row-broadcast) and D = row sums of C."""
+    import tftvm
+    from tvm import te
+
+    n = te.var("n")
+    A = te.placeholder((n, 64), "float32", name="A")
+    B = te.placeholder((64,), "float32", name="B")
+    C = te.compute((n, 64), lambda i, j: A[i, j] + B[j], name="C")
+    k = te.reduce_axis((0, 64), "k")
+    D = te.compute((n,), lambda i: te.sum(C[i, k], axis=k), name="D")
+    return tftvm.op([A, B], [C, D], name="add_bias")
+
+
+@pytest.fixture(scope="session")
+def matmul():
+    """A (n, k) x B (k, m): the symbolic k is shared by two inputs."""
+    import tftvm
+    from tvm import te
+
+    n, k, m = te.var("n"), te.var("k"), te.var("m")
+    A = te.placeholder((n, k), "float32", name="A")
+    B = te.placeholder((k, m), "float32", name="B")
+    r = te.reduce_axis((0, k), "r")
+    C = te.compute((n, m), lambda i, j: te.sum(A[i, r] * B[r, j], axis=r), name="C")
+    return tftvm.op([A, B], [C], name="matmul")
+
+
+ROOT = Path(__file__).resolve().parent.parent

@@ -1,0 +1,121 @@
+"""Kernel and bridge-library caches: reuse across processes, corruption, concurrency."""
+import logging
+import os
+import shutil
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+import tftvm
+from tftvm import cache_dir, kernel, native
+from tvm import te
+
+from conftest import run_python
+
+PROGRAM = """
+import logging, time
+logging.basicConfig(level=logging.INFO)
+import numpy as np, tftvm
+from tvm import te
+n = te.var("n")
+A = te.placeholder((n, 32), "float32", name="A")
+k = te.reduce_axis((0, 32), "k")
+B = te.compute((n,), lambda i: te.sum(A[i, k] * A[i, k], axis=k), name="B")
+start = time.perf_counter()
+op = tftvm.op([A], [B], name="sumsq")
+print("OP_SECONDS", time.perf_counter() - start)
+x = np.arange(64, dtype=np.float32).reshape(2, 32)
+np.testing.assert_allclose(op(x).numpy(), (x * x).sum(1), rtol=1e-6)
+print("OK")
+"""
+
+
+def test_second_process_loads_instead_of_compiling(tmp_path):
+    env = {"TFTVM_CACHE_DIR": str(tmp_path)}
+    shutil.copytree(native.library_path().parent, tmp_path / "native" / native.build_dir().name)
+    first = run_python(PROGRAM, env)
+    second = run_python(PROGRAM, env)
+    assert first.returncode == 0 and second.returncode == 0, first.stderr[-3000:] + second.stderr[-3000:]
+    assert "compiling TVM function 'sumsq'" in first.stderr
+    assert "compiling TVM function" not in second.stderr
+    assert "OK" in second.stdout
+
+
+def _compile_sumsq(caplog):
+    n = te.var("n")
+    A = te.placeholder((n,), "float32", name="A")
+    B = te.compute((n,), lambda i: A[i] * A[i] + 7.0, name="B")
+    with caplog.at_level(logging.INFO, logger="tftvm"):
+        op = tftvm.op([A], [B], name="square_plus_7")
+    np.testing.assert_array_equal(op(np.arange(4, dtype=np.float32)).numpy(), np.arange(4) ** 2 + 7)
+    return op
+
+
+@pytest.mark.parametrize("damage", ["truncate", "empty", "garbage", "sidecar"])
+def test_corrupt_kernel_cache_entry_is_recompiled(caplog, damage):
+    _compile_sumsq(caplog)
+    entries = sorted(cache_dir.subdir("kernels").glob("*.so"), key=os.path.getmtime)
+    lib = entries[-1]
+    sidecar = lib.with_name(lib.name + kernel.SIDECAR_SUFFIX)
+    if damage == "truncate":
+        lib.write_bytes(lib.read_bytes()[:100])
+    elif damage == "empty":
+        lib.write_bytes(b"")
+    elif damage == "garbage":
+        lib.write_bytes(os.urandom(4096))
+    else:
+        sidecar.write_text("{not json")
+    caplog.clear()
+    kernel._register.cache_clear()
+    _compile_sumsq(caplog)
+    assert "corrupt kernel cache entry" in caplog.text
+    assert "compiling TVM function 'square_plus_7'" in caplog.text
+
+
+BUILD = """
+import tftvm.native as n
+print("BUILT", n.build())
+print("LOADS", n.load() is not None)
+"""
+
+
+def test_two_processes_build_the_bridge_at_once(tmp_path):
+    env = dict(os.environ, TFTVM_CACHE_DIR=str(tmp_path))
+    procs = [subprocess.Popen([sys.executable, "-c", BUILD], env=env, stdout=subprocess.PIPE,
+                              stderr=subprocess.PIPE, text=True) for _ in range(2)]  # fmt: skip
+    outs = [p.communicate(timeout=600) for p in procs]
+    for p, (out, err) in zip(procs, outs):
+        assert p.returncode == 0, err[-3000:]
+        assert "LOADS True" in out
+    paths = {line.split()[1] for out, _ in outs for line in out.splitlines() if line.startswith("BUILT")}
+    assert len(paths) == 1
+    (lib,) = [tmp_path.glob("native/*/libtftvm_native.so")][0]
+    assert not list(lib.parent.glob("*.tmp"))
+
+
+CORRUPT_NATIVE = """
+import logging
+logging.basicConfig(level=logging.INFO)
+import numpy as np, tftvm
+from tvm import te
+A = te.placeholder((4,), "float32", name="A")
+op = tftvm.op([A], [te.compute((4,), lambda i: A[i] + 1.0, name="B")])
+assert (op(np.zeros(4, np.float32)).numpy() == 1).all()
+print("OK")
+"""
+
+
+def test_corrupt_bridge_library_is_rebuilt(tmp_path):
+    copy = tmp_path / "native" / native.build_dir().name
+    shutil.copytree(native.library_path().parent, copy)
+    lib = copy / native.LIBRARY_NAME
+    lib.write_bytes(lib.read_bytes()[:1000])  # truncated, under its valid-looking name
+    proc = run_python(CORRUPT_NATIVE, {"TFTVM_CACHE_DIR": str(tmp_path)})
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert "is corrupt; rebuilding" in proc.stderr and "OK" in proc.stdout
+
+
+def test_cache_dirs_are_private():
+    for name in ("kernels", "modules", "native"):
+        assert cache_dir.subdir(name).stat().st_mode & 0o077 == 0

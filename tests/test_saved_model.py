@@ -1,0 +1,39 @@
+"""A graph with a tftvm op is self-contained: it runs in a fresh process from its own bytes."""
+import shutil
+
+import numpy as np
+import tensorflow as tf
+from tftvm import native
+
+from conftest import run_python
+
+LOAD = """
+import numpy as np, tensorflow as tf
+import tftvm, tvm
+def refuse(*a, **k):
+    raise AssertionError("the TVM compiler must not run when loading a SavedModel")
+tvm.compile = refuse
+m = tf.saved_model.load({path!r})
+x = np.arange(3 * 64, dtype=np.float32).reshape(3, 64)
+y, s = m.f(tf.constant(x))
+np.save({out!r}, s.numpy())
+print("OK")
+"""
+
+
+def test_saved_model_loads_in_a_fresh_process_with_empty_cache(add_bias, tmp_path):
+    b = np.linspace(-1, 1, 64).astype(np.float32)
+    module = tf.Module()
+    module.f = tf.function(lambda x: add_bias(x, tf.constant(b)),
+                           input_signature=[tf.TensorSpec([None, 64])])  # fmt: skip
+    tf.saved_model.save(module, str(tmp_path / "sm"))
+    out = tmp_path / "s.npy"
+    # A fresh cache holding only the bridge library (what an install builds once).
+    fresh = tmp_path / "cache"
+    shutil.copytree(native.library_path().parent, fresh / "native" / native.build_dir().name)
+    proc = run_python(LOAD.format(path=str(tmp_path / "sm"), out=str(out)),
+                      env={"TFTVM_CACHE_DIR": str(fresh)})
+    assert not (fresh / "kernels").exists()
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    x = np.arange(3 * 64, dtype=np.float32).reshape(3, 64)
+    np.testing.assert_allclose(np.load(out), (x + b).sum(1), rtol=1e-5)

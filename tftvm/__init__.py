@@ -1,0 +1,25 @@
+"""tftvm: TVM-compiled kernels as TensorFlow ops."""
+import os as _os
+
+# TVM's thread pool must not pin TF's threads to cores, and may use up to every
+# core: the kernel then sizes it to TF's intra-op thread count.
+_os.environ.setdefault("TVM_BIND_THREADS", "0")
+_os.environ.setdefault("TVM_NUM_THREADS", str(_os.cpu_count() or 1))
+
+from .kernel import Kernel  # noqa: E402
+from .op import TvmOp, load_op, op  # noqa: E402
+from .signature import Signature, TensorSig  # noqa: E402
+
+__version__ = "0.1.0"
+
+# Register the TvmCall op now, so graphs and SavedModels that use it load after
+# `import tftvm` alone. A failure is reported again, with details, on first use.
+try:
+    from . import native as _native
+
+    _native.load()
+except Exception as _err:  # noqa: BLE001  import must not fail: `tftvm doctor` explains
+    import logging as _logging
+
+    _logging.getLogger(__name__).warning("tftvm bridge library unavailable: %s", _err)
+__all__ = ["Kernel", "Signature", "TensorSig", "TvmOp", "load_op", "op"]

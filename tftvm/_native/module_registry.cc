@@ -1,0 +1,130 @@
+#include "module_registry.h"
+
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cctype>
+#include <cerrno>
+#include <cstdlib>
+#include <cstring>
+#include <fstream>
+#include <sstream>
+#include <stdexcept>
+
+namespace tftvm {
+namespace {
+
+std::string DefaultModuleDir() {
+  if (const char* d = std::getenv("TFTVM_CACHE_DIR")) return std::string(d) + "/modules";
+  if (const char* d = std::getenv("XDG_CACHE_HOME")) return std::string(d) + "/tftvm/modules";
+  const char* home = std::getenv("HOME");
+  return std::string(home ? home : "/tmp") + "/.cache/tftvm/modules";
+}
+
+// mkdir -p with 0700 for every directory we create: modules are native code.
+void MakeDirs(const std::string& path) {
+  for (size_t pos = 1; pos <= path.size(); ++pos) {
+    if (pos == path.size() || path[pos] == '/') {
+      std::string part = path.substr(0, pos);
+      if (mkdir(part.c_str(), 0700) != 0 && errno != EEXIST) {
+        throw std::runtime_error("cannot create module directory '" + part +
+                                 "': " + std::strerror(errno));
+      }
+    }
+  }
+}
+
+bool FileHasBytes(const std::string& path, const std::string& bytes) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) return false;
+  std::ostringstream buf;
+  buf << in.rdbuf();
+  return buf.str() == bytes;
+}
+
+// Writes to a temporary file and renames it into place, so a concurrent
+// reader never sees a partial library.
+void WriteAtomically(const std::string& path, const std::string& bytes) {
+  std::string tmp = path + ".tmp.XXXXXX";
+  int fd = mkstemp(tmp.data());
+  if (fd < 0) throw std::runtime_error("cannot create '" + tmp + "': " + std::strerror(errno));
+  size_t done = 0;
+  while (done < bytes.size()) {
+    ssize_t n = write(fd, bytes.data() + done, bytes.size() - done);
+    if (n <= 0) {
+      close(fd);
+      unlink(tmp.c_str());
+      throw std::runtime_error("cannot write '" + tmp + "': " + std::strerror(errno));
+    }
+    done += static_cast<size_t>(n);
+  }
+  fsync(fd);
+  close(fd);
+  if (rename(tmp.c_str(), path.c_str()) != 0) {
+    unlink(tmp.c_str());
+    throw std::runtime_error("cannot rename '" + tmp + "': " + std::strerror(errno));
+  }
+}
+
+}  // namespace
+
+ModuleRegistry& ModuleRegistry::Global() {
+  // Leaked on purpose: kernels that TF destroys at exit still hold modules.
+  static ModuleRegistry* registry = new ModuleRegistry();
+  return *registry;
+}
+
+void ModuleRegistry::Register(const std::string& key, tvm::ffi::Module module) {
+  std::lock_guard<std::mutex> lock(mu_);
+  modules_.insert_or_assign(key, std::move(module));
+}
+
+void ModuleRegistry::SetModuleDir(const std::string& dir) {
+  std::lock_guard<std::mutex> lock(mu_);
+  dir_ = dir;
+}
+
+std::string ModuleRegistry::ModuleDir() {
+  std::lock_guard<std::mutex> lock(mu_);
+  return dir_.empty() ? DefaultModuleDir() : dir_;
+}
+
+size_t ModuleRegistry::size() {
+  std::lock_guard<std::mutex> lock(mu_);
+  return modules_.size();
+}
+
+tvm::ffi::Module ModuleRegistry::Get(const std::string& key, const std::string& embedded) {
+  std::lock_guard<std::mutex> lock(mu_);
+  auto it = modules_.find(key);
+  if (it != modules_.end()) return it->second;
+  if (embedded.empty()) {
+    throw std::runtime_error("no TVM module with key " + key +
+                             " is loaded in this process and the node carries no module "
+                             "bytes; create the op with tftvm.op() or tftvm.load_op() first");
+  }
+  tvm::ffi::Module module = LoadEmbedded(key, embedded);
+  modules_.emplace(key, module);
+  return module;
+}
+
+tvm::ffi::Module ModuleRegistry::LoadEmbedded(const std::string& key, const std::string& bytes) {
+  for (char ch : key) {
+    if (!std::isxdigit(static_cast<unsigned char>(ch))) {
+      throw std::runtime_error("malformed module key '" + key + "'");
+    }
+  }
+  std::string dir = dir_.empty() ? DefaultModuleDir() : dir_;
+  MakeDirs(dir);
+  std::string path = dir + "/" + key + ".so";
+  if (!FileHasBytes(path, bytes)) WriteAtomically(path, bytes);
+  try {
+    return tvm::ffi::Module::LoadFromFile(path);
+  } catch (const tvm::ffi::Error& e) {
+    throw std::runtime_error("cannot load TVM module '" + path + "': " + e.kind() + ": " +
+                             e.message());
+  }
+}
+
+}  // namespace tftvm

@@ -1,0 +1,188 @@
+"""A compiled TVM module and its signature: content-hash keys, files, disk cache.
+
+A Kernel is identified at run time by the SHA-256 of its library bytes (the key
+every TvmCall node carries); the disk cache is indexed by a second hash, of
+what went into compiling it (the IR, target and versions), so a second process
+that builds the same op loads the library instead of recompiling.
+"""
+from __future__ import annotations
+
+import dataclasses
+import functools
+import hashlib
+import json
+import logging
+import tempfile
+import time
+from pathlib import Path
+
+from . import cache_dir
+from .signature import Signature
+
+log = logging.getLogger(__name__)
+
+CACHE_FORMAT = 1
+SIDECAR_SUFFIX = ".tftvm.json"  # written beside an exported library by Kernel.save
+
+
+@dataclasses.dataclass(frozen=True)
+class Kernel:
+    func_name: str
+    signature: Signature
+    library: bytes  # the exported shared library
+
+    @functools.cached_property
+    def key(self) -> str:
+        return hashlib.sha256(self.library).hexdigest()
+
+    def register(self) -> None:
+        """Load the module in this process and hand it to the bridge, once per key."""
+        _register(self.key, self.library)
+
+    def save(self, path: str | Path) -> Path:
+        """Write the library to `path` and its signature beside it, for `tftvm.load_op`."""
+        path = Path(path)
+        cache_dir.atomic_write(path, self.library)
+        cache_dir.atomic_write(path.with_name(path.name + SIDECAR_SUFFIX), self._sidecar())
+        return path
+
+    def _sidecar(self) -> bytes:
+        return json.dumps({
+            "format": CACHE_FORMAT,
+            "func_name": self.func_name,
+            "signature": json.loads(self.signature.to_json()),
+            "library_sha256": self.key,
+        }, indent=1).encode()  # fmt: skip
+
+
+def module_dir() -> Path:
+    return cache_dir.subdir("modules")
+
+
+def set_native_module_dir() -> None:
+    import tvm_ffi
+
+    tvm_ffi.get_global_func("tftvm.set_module_dir")(str(module_dir()))
+
+
+@functools.lru_cache(maxsize=None)
+def _register(key: str, library: bytes) -> None:
+    import tvm
+    import tvm_ffi
+
+    from . import native
+
+    native.load()
+    path = module_dir() / f"{key}.so"
+    if not path.exists() or path.read_bytes() != library:
+        cache_dir.atomic_write(path, library)
+    module = tvm.runtime.load_module(str(path))
+    tvm_ffi.get_global_func("tftvm.register_module")(key, module)
+
+
+def resolve_target(target):
+    """A tvm.target.Target; None means this host's CPU with its real mcpu."""
+    import tvm
+    from tvm.target import codegen
+
+    if target is None:
+        target = {"kind": "llvm", "mcpu": codegen.llvm_get_system_cpu()}
+    if isinstance(target, dict):
+        target = tvm.target.Target(target)
+    if not isinstance(target, tvm.target.Target):
+        raise TypeError(
+            "target must be a dict such as {'kind': 'llvm', 'mcpu': 'skylake'} or a "
+            f"tvm.target.Target, got {type(target).__name__} {target!r}"
+        )
+    if target.kind.name != "llvm":
+        raise ValueError(
+            f"target kind '{target.kind.name}': the tftvm kernel runs TVM code on CPU (llvm) only"
+        )
+    return target
+
+
+def _versions() -> str:
+    import tensorflow as tf
+    import tvm
+    import tvm_ffi
+
+    return f"tf {tf.__version__} tvm {tvm.__version__} ffi {tvm_ffi.__version__}"
+
+
+def _schedule_id(schedule: bool) -> str:
+    """Part of the cache key: a change to the default schedule's code recompiles."""
+    if not schedule:
+        return "schedule=none"
+    source = (Path(__file__).parent / "schedule.py").read_bytes()
+    return "schedule=" + hashlib.sha256(source).hexdigest()
+
+
+def compile_prim_func(func, *, func_name: str, num_outputs: int = 1, target=None,
+                      schedule: bool = True) -> Kernel:  # fmt: skip
+    """Compile one PrimFunc to a Kernel, or load it from the disk cache."""
+    import tvm
+
+    signature = Signature.from_prim_func(func, num_outputs)
+    target = resolve_target(target)
+    mod = tvm.IRModule({func_name: func.with_attr("global_symbol", func_name)})
+    content = hashlib.sha256(
+        "\n".join([str(CACHE_FORMAT), _versions(), str(target), _schedule_id(schedule),
+                   mod.script(show_meta=True)]).encode()  # fmt: skip
+    ).hexdigest()
+    kernel = read_cached(content)
+    if kernel is not None:
+        log.debug("kernel %s: loaded from the disk cache", func_name)
+        return kernel
+    if schedule:
+        from .schedule import default_cpu_schedule
+
+        mod = default_cpu_schedule(mod)
+    start = time.perf_counter()
+    log.info("compiling TVM function '%s' for %s", func_name, target)
+    executable = tvm.compile(mod, target=target)
+    with tempfile.TemporaryDirectory() as tmp:
+        lib = Path(tmp) / "lib.so"
+        executable.export_library(str(lib))
+        kernel = Kernel(func_name, signature, lib.read_bytes())
+    log.info("compiled '%s' in %.2f s", func_name, time.perf_counter() - start)
+    write_cached(content, kernel)
+    return kernel
+
+
+def _cache_path(content: str) -> Path:
+    return cache_dir.subdir("kernels") / f"{content}.so"
+
+
+def write_cached(content: str, kernel: Kernel) -> None:
+    lib = _cache_path(content)
+    try:
+        kernel.save(lib)
+    except OSError as err:
+        log.warning("could not write the kernel cache %s: %s", lib, err)
+
+
+def read_cached(content: str) -> Kernel | None:
+    lib = _cache_path(content)
+    if not lib.exists():
+        return None
+    try:
+        return read_saved(lib)
+    except (OSError, ValueError, KeyError, TypeError) as err:
+        log.warning("ignoring a corrupt kernel cache entry %s (%s); recompiling", lib, err)
+        return None
+
+
+def read_saved(path: str | Path, func_name: str | None = None) -> Kernel:
+    """A Kernel from a library saved by Kernel.save; checks it against its sidecar."""
+    path = Path(path)
+    sidecar = path.with_name(path.name + SIDECAR_SUFFIX)
+    meta = json.loads(sidecar.read_text())
+    if meta.get("format") != CACHE_FORMAT:
+        raise ValueError(f"{sidecar} has format {meta.get('format')}, expected {CACHE_FORMAT}")
+    library = path.read_bytes()
+    if hashlib.sha256(library).hexdigest() != meta["library_sha256"]:
+        raise ValueError(f"{path} does not match the SHA-256 recorded in {sidecar}")
+    if func_name is not None and func_name != meta["func_name"]:
+        raise ValueError(f"{path} holds function '{meta['func_name']}', not '{func_name}'")
+    signature = Signature.from_json(json.dumps(meta["signature"]))
+    return Kernel(meta["func_name"], signature, library)

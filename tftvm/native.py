@@ -1,0 +1,130 @@
+"""Builds the TvmCall op library with g++ and TF's own flags, caches it, loads it.
+
+The cached library lives under a directory named by the TF, TVM and tvm-ffi
+versions and a hash of the C++ sources, so any change rebuilds it. Builds are
+serialized with a file lock and published with an atomic rename; a sidecar
+SHA-256 detects a truncated or corrupt library, which is rebuilt, not loaded.
+"""
+from __future__ import annotations
+
+import functools
+import hashlib
+import logging
+import os
+import shlex
+import subprocess
+import time
+from pathlib import Path
+
+from . import cache_dir
+
+log = logging.getLogger(__name__)
+
+SOURCE_DIR = Path(__file__).parent / "_native"
+LIBRARY_NAME = "libtftvm_native.so"
+
+
+class NativeBuildError(RuntimeError):
+    """The bridge library could not be compiled."""
+
+
+def sources() -> list[Path]:
+    return sorted(p for p in SOURCE_DIR.iterdir() if p.suffix in (".cc", ".h"))
+
+
+def _versions() -> str:
+    import tensorflow as tf
+    import tvm
+    import tvm_ffi
+
+    return f"tf{tf.__version__}-tvm{tvm.__version__}-ffi{tvm_ffi.__version__}"
+
+
+def build_dir() -> Path:
+    digest = hashlib.sha256()
+    for path in sources():
+        digest.update(path.name.encode() + b"\0" + path.read_bytes())
+    path = cache_dir.subdir("native") / f"{_versions()}-{digest.hexdigest()[:16]}"
+    path.mkdir(mode=0o700, exist_ok=True)
+    return path
+
+
+def library_path() -> Path:
+    return build_dir() / LIBRARY_NAME
+
+
+def compile_command(output: Path) -> list[str]:
+    import tensorflow as tf
+    import tvm_ffi.libinfo
+
+    ffi_lib_dir = str(Path(tvm_ffi.libinfo.find_libtvm_ffi()).parent)
+    tf_lib_dir = tf.sysconfig.get_lib()
+    return [
+        os.environ.get("CXX", "g++"), "-shared", "-fPIC", "-O2", "-w",
+        *tf.sysconfig.get_compile_flags(),
+        "-I" + tvm_ffi.libinfo.find_include_path(),
+        "-I" + tvm_ffi.libinfo.find_dlpack_include_path(),
+        *[str(p) for p in sources() if p.suffix == ".cc"],
+        "-o", str(output),
+        *tf.sysconfig.get_link_flags(),
+        "-L" + ffi_lib_dir, "-ltvm_ffi",
+        f"-Wl,-rpath,{ffi_lib_dir}", f"-Wl,-rpath,{tf_lib_dir}",
+    ]  # fmt: skip
+
+
+def _sha256(path: Path) -> str:
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+def _is_valid(lib: Path) -> bool:
+    stamp = lib.with_suffix(".sha256")
+    if not lib.exists() or not stamp.exists():
+        return False
+    if stamp.read_text().strip() != _sha256(lib):
+        log.warning("cached bridge library %s is corrupt; rebuilding", lib)
+        return False
+    return True
+
+
+def build(force: bool = False) -> Path:
+    """Compile the bridge library unless a valid cached one exists; return its path."""
+    lib = library_path()
+    if not force and _is_valid(lib):
+        return lib
+    with cache_dir.file_lock(lib.parent / ".lock"):
+        if not force and _is_valid(lib):  # another process built it while we waited
+            return lib
+        tmp = lib.parent / f".{LIBRARY_NAME}.{os.getpid()}.tmp"
+        cmd = compile_command(tmp)
+        log.info("building the tftvm bridge library (about 15 s): %s", lib)
+        log.debug("%s", shlex.join(cmd))
+        start = time.perf_counter()
+        result = subprocess.run(cmd, capture_output=True, text=True)
+        if result.returncode != 0:
+            tmp.unlink(missing_ok=True)
+            raise NativeBuildError(
+                f"g++ failed to build the tftvm bridge library:\n{shlex.join(cmd)}\n"
+                f"{result.stderr[-4000:]}"
+            )
+        cache_dir.atomic_write(lib.with_suffix(".sha256"), _sha256(tmp).encode())
+        os.replace(tmp, lib)
+        log.info("built %s in %.1f s", lib, time.perf_counter() - start)
+    return lib
+
+
+@functools.lru_cache(maxsize=None)
+def load():
+    """The loaded op library (its `tvm_call` wrapper); builds it on first use."""
+    import tensorflow as tf
+    import tvm  # noqa: F401  registers TVM's module loaders the kernel relies on
+
+    from . import kernel
+
+    lib = build()
+    try:
+        ops = tf.load_op_library(str(lib))
+    except tf.errors.NotFoundError as err:
+        log.warning("cached bridge library %s does not load (%s); rebuilding", lib, err)
+        ops = tf.load_op_library(str(build(force=True)))
+    kernel.set_native_module_dir()
+    return ops

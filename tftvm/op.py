@@ -1,0 +1,210 @@
+"""The TF-facing callable: checks arguments, emits one TvmCall node, eager or graph."""
+from __future__ import annotations
+
+import logging
+import re
+from pathlib import Path
+
+import tensorflow as tf
+from tensorflow.python import pywrap_tfe
+from tensorflow.python.eager import context as tf_context
+from tensorflow.python.eager import core as tf_core
+from tensorflow.python.framework import ops as tf_ops
+
+from . import kernel as kernel_lib
+from . import native
+from .signature import Signature
+
+log = logging.getLogger(__name__)
+
+
+_EagerTensor = type(tf.constant(0))
+
+
+class TvmOp:
+    """A TVM function as a TF op. Call it like any TF op, eagerly or in tf.function.
+
+    Private attributes carry a `_tftvm` prefix: tf.function(op) copies the
+    wrapped object's __dict__ onto itself, and a plain `_call` would shadow its own.
+    """
+
+    def __init__(self, kernel: kernel_lib.Kernel, name: str):
+        self.kernel = kernel
+        self.name = name
+        self.signature = kernel.signature
+        kernel.register()
+        self._tftvm_call = native.load().tvm_call
+        self._tftvm_dtypes = [t.tf_dtype for t in self.signature.inputs]
+        self._tftvm_eager_attrs = dict(
+            Tout=[t.tf_dtype for t in self.signature.outputs],
+            key=kernel.key,
+            func_name=kernel.func_name,
+            op_name=name,
+            in_spec=self.signature.in_spec,
+            out_spec=self.signature.out_spec,
+        )
+        # Graph nodes carry the library so a SavedModel loads without our cache.
+        self._tftvm_graph_attrs = dict(self._tftvm_eager_attrs, module=kernel.library)
+        self._tftvm_single = len(self.signature.outputs) == 1
+        self._tftvm_dtype_enums = [d.as_datatype_enum for d in self._tftvm_dtypes]
+        self._tftvm_flat_attrs = tuple(x for kv in self._tftvm_eager_attrs.items() for x in kv)
+
+    def __call__(self, *args):
+        ctx = tf_context.context()
+        if ctx.executing_eagerly() and self._tftvm_all_eager_and_typed(args):
+            # The common eager case goes straight to TF's C fast path, as TF's own
+            # generated op wrappers do, so a tftvm op dispatches like a native op.
+            try:
+                outputs = pywrap_tfe.TFE_Py_FastPathExecute(
+                    ctx, "TvmCall", None, list(args), *self._tftvm_flat_attrs
+                )
+            except tf_core._NotOkStatusException as err:
+                tf_ops.raise_from_not_ok_status(err, None)
+            except tf_core._FallbackException:
+                outputs = self._tftvm_call(list(args), **self._tftvm_eager_attrs)
+            return outputs[0] if self._tftvm_single else tuple(outputs)
+        return self._tftvm_slow_call(args)
+
+    def _tftvm_all_eager_and_typed(self, args) -> bool:
+        enums = self._tftvm_dtype_enums
+        if len(args) != len(enums):
+            return False
+        for a, e in zip(args, enums):
+            if type(a) is not _EagerTensor or a._datatype_enum() != e:
+                return False
+        return True
+
+    def _tftvm_slow_call(self, args):
+        if len(args) != len(self._tftvm_dtypes):
+            names = ", ".join(t.name for t in self.signature.inputs)
+            raise TypeError(
+                f"tftvm op '{self.name}' takes {len(self._tftvm_dtypes)} arguments ({names}), "
+                f"got {len(args)}"
+            )
+        tensors = [self._tftvm_check(a, i) for i, a in enumerate(args)]
+        attrs = self._tftvm_eager_attrs if tf.executing_eagerly() else self._tftvm_graph_attrs
+        outputs = self._tftvm_call(tensors, **attrs)
+        return outputs[0] if self._tftvm_single else tuple(outputs)
+
+    def _tftvm_check(self, value, index: int):
+        dtype = self._tftvm_dtypes[index]
+        value_dtype = getattr(value, "dtype", None)
+        if isinstance(value, (tf.Tensor, tf.Variable)) and value_dtype == dtype:
+            return value
+        arg = self.signature.inputs[index]
+        where = f"tftvm op '{self.name}': argument '{arg.name}' (input {index})"
+        if isinstance(value, (tf.RaggedTensor, tf.SparseTensor, tf.IndexedSlices)):
+            raise TypeError(f"{where} must be a dense tensor, got a {type(value).__name__}")
+        if value_dtype is not None and tf.as_dtype(value_dtype) != dtype:
+            raise TypeError(
+                f"{where} must have dtype {dtype.name}, got {tf.as_dtype(value_dtype).name}"
+            )
+        try:
+            return tf.convert_to_tensor(value, dtype=dtype)
+        except (TypeError, ValueError) as err:
+            raise TypeError(f"{where} must be a {dtype.name} tensor: {err}") from None
+
+    def save(self, path: str | Path) -> Path:
+        """Export the library (and its signature beside it) for `tftvm.load_op`."""
+        return self.kernel.save(path)
+
+    def __repr__(self) -> str:
+        return f"<tftvm op {self.signature.describe(self.name)}>"
+
+
+def _symbol(name: str) -> str:
+    return re.sub(r"\W", "_", name) or "tvm_op"
+
+
+def op(inputs_or_func, outputs=None, *, name: str | None = None, func_name: str | None = None,
+       num_outputs: int | None = None, target=None, schedule: bool = True) -> TvmOp:  # fmt: skip
+    """Turn a TVM function into a TF op.
+
+    Accepts TE tensors (`op([A, B], [C, D])`), a TIR PrimFunc (destination-passing
+    style: the trailing `num_outputs` buffers, default 1, are outputs), or an
+    IRModule of PrimFuncs (choose one with `func_name=`). `target` defaults to the
+    host CPU with its real mcpu. Compiled kernels are cached on disk by content.
+    """
+    import tvm
+    from tvm import te, tirx
+
+    if outputs is not None or _is_te_list(inputs_or_func):
+        ins = list(inputs_or_func)
+        outs = [outputs] if isinstance(outputs, te.Tensor) else list(outputs or [])
+        if not outs:
+            raise TypeError("tftvm.op(inputs, outputs): give the TE output tensors as `outputs`")
+        for t in ins + outs:
+            if not isinstance(t, te.Tensor):
+                raise TypeError(f"tftvm.op TE form takes te.Tensor objects, got {type(t).__name__}")
+        if num_outputs not in (None, len(outs)):
+            raise ValueError(f"num_outputs={num_outputs} but {len(outs)} output tensors were given")
+        func, num_outputs = te.create_prim_func(ins + outs), len(outs)
+        default_name = outs[0].op.name
+    elif isinstance(inputs_or_func, tvm.IRModule):
+        prims = {gv.name_hint: f for gv, f in inputs_or_func.functions.items()
+                 if isinstance(f, tirx.PrimFunc)}  # fmt: skip
+        if func_name is None and len(prims) == 1:
+            func_name = next(iter(prims))
+        if func_name not in prims:
+            raise ValueError(
+                f"func_name={func_name!r}: the IRModule holds PrimFuncs {sorted(prims)}; pick one"
+            )
+        func, default_name = prims[func_name], func_name
+    elif isinstance(inputs_or_func, tirx.PrimFunc):
+        func = inputs_or_func
+        default_name = str(func.attrs["global_symbol"]) if func.attrs and "global_symbol" in func.attrs else "tvm_op"
+    else:
+        raise TypeError(
+            "tftvm.op takes TE tensors (inputs, outputs), a tirx.PrimFunc or an IRModule, got "
+            f"{type(inputs_or_func).__name__}; for an exported library use tftvm.load_op(path, ...)"
+        )
+    name = name or func_name or default_name
+    kernel = kernel_lib.compile_prim_func(
+        func, func_name=_symbol(func_name or name), num_outputs=num_outputs or 1,
+        target=target, schedule=schedule,
+    )  # fmt: skip
+    return TvmOp(kernel, name)
+
+
+def _is_te_list(x) -> bool:
+    from tvm import te
+
+    return isinstance(x, (list, tuple)) and all(isinstance(t, te.Tensor) for t in x)
+
+
+def load_op(path: str | Path, func_name: str, *, signature=None, num_outputs: int = 1,
+            name: str | None = None) -> TvmOp:  # fmt: skip
+    """An op from an exported TVM library.
+
+    The signature comes from the library's sidecar (written by `TvmOp.save` /
+    `Kernel.save`) where it has one; otherwise give `signature=`: the PrimFunc the
+    library was built from, a `tftvm.Signature`, or `(inputs, outputs)` lists of
+    `(name, dtype, dims)` with int or variable-name dims.
+    """
+    import tvm
+    from tvm import tirx
+
+    path = Path(path)
+    if not path.is_file():
+        raise FileNotFoundError(f"tftvm.load_op: no TVM library at {path}")
+    sidecar = path.with_name(path.name + kernel_lib.SIDECAR_SUFFIX)
+    if signature is None and sidecar.exists():
+        kernel = kernel_lib.read_saved(path, func_name)
+    else:
+        if signature is None:
+            raise ValueError(
+                f"tftvm.load_op: {path} carries no tftvm signature; pass signature= (the "
+                "PrimFunc it was built from, a tftvm.Signature, or (inputs, outputs) triples)"
+            )
+        if isinstance(signature, tirx.PrimFunc):
+            signature = Signature.from_prim_func(signature, num_outputs)
+        elif not isinstance(signature, Signature):
+            signature = Signature.from_shapes(*signature)
+        kernel = kernel_lib.Kernel(func_name, signature, path.read_bytes())
+    try:
+        module = tvm.runtime.load_module(str(path))
+    except Exception as err:  # TVM reports a bad file with its own error types
+        raise ValueError(f"tftvm.load_op: {path} is not a loadable TVM library: {err}") from err
+    if not module.implements_function(func_name, True):
+        raise LookupError(f"tftvm.load_op: the TVM library {path} has no function '{func_name}'")
+    return TvmOp(kernel, name or func_name)

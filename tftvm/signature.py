@@ -1,0 +1,205 @@
+"""What a TVM function takes and returns, read from its own buffers.
+
+Dims are kept as reverse-Polish strings over constants ("c64"), variables
+("v0") and + - * / % min max: the same text the C++ shape function and kernel
+evaluate (see _native/shape_spec.h), so Python and C++ cannot disagree.
+"""
+from __future__ import annotations
+
+import dataclasses
+import json
+from typing import Sequence
+
+import tensorflow as tf
+
+SUPPORTED_DTYPES = (
+    "float16", "bfloat16", "float32", "float64",
+    "int8", "int16", "int32", "int64",
+    "uint8", "uint16", "uint32", "uint64", "bool",
+)  # fmt: skip
+
+_BINARY_OPS = {"Add": "+", "Sub": "-", "Mul": "*", "FloorDiv": "/", "FloorMod": "%",
+               "Min": "min", "Max": "max"}  # fmt: skip
+_RESERVED = set(";|,# ")
+
+
+@dataclasses.dataclass(frozen=True)
+class TensorSig:
+    name: str
+    dtype: str
+    dims: tuple[str, ...]  # reverse-Polish dim expressions
+
+    @property
+    def tf_dtype(self) -> tf.DType:
+        return tf.as_dtype(self.dtype)
+
+
+@dataclasses.dataclass(frozen=True)
+class Signature:
+    inputs: tuple[TensorSig, ...]
+    outputs: tuple[TensorSig, ...]
+    var_names: tuple[str, ...]
+
+    def __post_init__(self):
+        for t in self.inputs + self.outputs:
+            if t.dtype not in SUPPORTED_DTYPES:
+                raise TypeError(
+                    f"buffer '{t.name}' has dtype {t.dtype}; tftvm supports {', '.join(SUPPORTED_DTYPES)}"
+                )
+        bound = {d for t in self.inputs for d in t.dims if _lone_var(d) is not None}
+        for t in self.inputs + self.outputs:
+            for d in t.dims:
+                for token in d.split():
+                    if token.startswith("v") and token not in bound:
+                        raise ValueError(
+                            f"buffer '{t.name}' has a dim that uses "
+                            f"'{self.var_names[int(token[1:])]}', which no input dim "
+                            "determines on its own; give it as a plain dim of some input"
+                        )
+
+    def _spec(self, tensors: Sequence[TensorSig], header: bool) -> str:
+        body = ";".join(f"{t.name}|{','.join(t.dims)}" for t in tensors)
+        return (" ".join(self.var_names) + "#" + body) if header else body
+
+    @property
+    def in_spec(self) -> str:
+        return self._spec(self.inputs, header=True)
+
+    @property
+    def out_spec(self) -> str:
+        return self._spec(self.outputs, header=False)
+
+    def format_shape(self, t: TensorSig) -> str:
+        return "[" + ", ".join(_format_dim(d, self.var_names) for d in t.dims) + "]"
+
+    def describe(self, func_name: str) -> str:
+        args = ", ".join(f"{t.name}: {t.dtype}{self.format_shape(t)}" for t in self.inputs)
+        outs = ", ".join(f"{t.dtype}{self.format_shape(t)}" for t in self.outputs)
+        return f"{func_name}({args}) -> ({outs})"
+
+    def to_json(self) -> str:
+        return json.dumps(dataclasses.asdict(self), sort_keys=True)
+
+    @classmethod
+    def from_json(cls, text: str) -> "Signature":
+        d = json.loads(text)
+        return cls(
+            inputs=tuple(TensorSig(t["name"], t["dtype"], tuple(t["dims"])) for t in d["inputs"]),
+            outputs=tuple(TensorSig(t["name"], t["dtype"], tuple(t["dims"])) for t in d["outputs"]),
+            var_names=tuple(d["var_names"]),
+        )
+
+    @classmethod
+    def from_prim_func(cls, func, num_outputs: int = 1) -> "Signature":
+        """Destination-passing style: the trailing `num_outputs` buffer params are outputs."""
+        params = list(func.params)
+        if not 1 <= num_outputs <= len(params):
+            raise ValueError(
+                f"num_outputs={num_outputs} but the PrimFunc has {len(params)} buffer params"
+            )
+        variables: list = []
+        tensors = [_tensor_sig(p, variables) for p in params]
+        names = _unique_names([v.name for v in variables])
+        split = len(params) - num_outputs
+        return cls(tuple(tensors[:split]), tuple(tensors[split:]), tuple(names))
+
+    @classmethod
+    def from_shapes(cls, inputs, outputs) -> "Signature":
+        """From (name, dtype, dims) triples whose dims are ints or variable-name strings."""
+        names: list[str] = []
+
+        def sig(name, dtype, dims):
+            out = []
+            for d in dims:
+                if isinstance(d, str):
+                    if d not in names:
+                        names.append(d)
+                    out.append(f"v{names.index(d)}")
+                else:
+                    out.append(f"c{int(d)}")
+            return TensorSig(_check_name(name), str(dtype), tuple(out))
+
+        ins = tuple(sig(*t) for t in inputs)
+        return cls(ins, tuple(sig(*t) for t in outputs), tuple(names))
+
+
+def _check_name(name: str) -> str:
+    if not name or set(name) & _RESERVED:
+        raise ValueError(f"buffer name {name!r} must be non-empty and free of {''.join(sorted(_RESERVED))!r}")
+    return name
+
+
+def _unique_names(names: list[str]) -> list[str]:
+    out: list[str] = []
+    for n in names:
+        n = "".join("_" if c in _RESERVED else c for c in n) or "v"
+        base, i = n, 1
+        while n in out:
+            i += 1
+            n = f"{base}{i}"
+        out.append(n)
+    return out
+
+
+def _tensor_sig(param, variables: list) -> TensorSig:
+    from tvm import tirx
+
+    ty = param.ty
+    if not isinstance(ty, tirx.BufferType):
+        raise TypeError(
+            f"PrimFunc parameter '{param.name}' is a scalar; tftvm ops take buffer parameters only"
+        )
+    if len(ty.strides) or not _is_zero(ty.elem_offset):
+        raise ValueError(
+            f"buffer '{param.name}' has strides or an element offset; tftvm passes dense, "
+            "offset-free tensors"
+        )
+    dims = tuple(_dim(e, variables, param.name) for e in ty.shape)
+    return TensorSig(_check_name(param.name), str(ty.dtype), dims)
+
+
+def _is_zero(expr) -> bool:
+    from tvm import tirx
+
+    return isinstance(expr, tirx.IntImm) and int(expr.value) == 0
+
+
+def _dim(expr, variables: list, buffer: str) -> str:
+    from tvm import tirx
+
+    if isinstance(expr, tirx.IntImm):
+        return f"c{int(expr.value)}"
+    if isinstance(expr, tirx.Var):
+        for i, v in enumerate(variables):
+            if v.same_as(expr):
+                return f"v{i}"
+        variables.append(expr)
+        return f"v{len(variables) - 1}"
+    if isinstance(expr, tirx.Cast):
+        return _dim(expr.value, variables, buffer)
+    op = _BINARY_OPS.get(type(expr).__name__)
+    if op is None:
+        raise ValueError(
+            f"buffer '{buffer}' has shape expression {expr} ({type(expr).__name__}); tftvm "
+            "supports constants, variables and + - * floordiv floormod min max of them"
+        )
+    return f"{_dim(expr.a, variables, buffer)} {_dim(expr.b, variables, buffer)} {op}"
+
+
+def _lone_var(dim: str) -> int | None:
+    return int(dim[1:]) if dim.startswith("v") and " " not in dim else None
+
+
+def _format_dim(dim: str, var_names: Sequence[str]) -> str:
+    stack: list[str] = []
+    for token in dim.split():
+        if token[0] == "c":
+            stack.append(token[1:])
+        elif token[0] == "v":
+            stack.append(var_names[int(token[1:])])
+        else:
+            b, a = stack.pop(), stack.pop()
+            sym = {"/": "//"}.get(token, token)
+            stack.append(f"{token}({a}, {b})" if token in ("min", "max") else f"({a} {sym} {b})")
+    return stack[-1]
+
