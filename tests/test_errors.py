@@ -1,4 +1,6 @@
 """Bad input gives a clear Python exception or TF error, never a crash."""
+import hashlib
+
 import numpy as np
 import pytest
 import tensorflow as tf
@@ -84,8 +86,17 @@ def test_missing_function_is_not_found(add_bias):
 
 
 def test_corrupt_embedded_module_is_an_error(add_bias):
+    garbage = b"\x7fELF garbage"
+    key = hashlib.sha256(garbage).hexdigest()
     with pytest.raises(tf.errors.NotFoundError, match="cannot load TVM module"):
-        raw_call(add_bias, key="cd" * 32, module=b"\x7fELF garbage")
+        raw_call(add_bias, key=key, module=garbage)
+
+
+def test_embedded_module_not_matching_its_key_is_refused(add_bias):
+    tampered = bytearray(add_bias.kernel.library)
+    tampered[len(tampered) // 2] ^= 0xFF
+    with pytest.raises(tf.errors.NotFoundError, match="SHA-256 mismatch"):
+        raw_call(add_bias, key="ef" * 32, module=bytes(tampered))
 
 
 def test_malformed_spec_is_an_error(add_bias):

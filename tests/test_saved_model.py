@@ -37,3 +37,31 @@ def test_saved_model_loads_in_a_fresh_process_with_empty_cache(add_bias, tmp_pat
     assert proc.returncode == 0, proc.stderr[-3000:]
     x = np.arange(3 * 64, dtype=np.float32).reshape(3, 64)
     np.testing.assert_allclose(np.load(out), (x + b).sum(1), rtol=1e-5)
+
+
+TAMPERED = """
+import numpy as np, tensorflow as tf, tftvm
+m = tf.saved_model.load({path!r})
+try:
+    m.f(tf.zeros([2, 64]))
+except tf.errors.NotFoundError as err:
+    print("REFUSED", err)
+"""
+
+
+def test_tampered_saved_model_is_refused(add_bias, tmp_path):
+    module = tf.Module()
+    module.f = tf.function(lambda x: add_bias(x, tf.zeros([64])),
+                           input_signature=[tf.TensorSpec([None, 64])])  # fmt: skip
+    tf.saved_model.save(module, str(tmp_path / "sm"))
+    pb = tmp_path / "sm" / "saved_model.pb"
+    data, lib = pb.read_bytes(), add_bias.kernel.library
+    start = data.index(lib)  # the library is embedded verbatim in the node's attr
+    middle = start + len(lib) // 2
+    pb.write_bytes(data[:middle] + bytes([data[middle] ^ 0xFF]) + data[middle + 1:])
+    fresh = tmp_path / "cache"
+    shutil.copytree(native.library_path().parent, fresh / "native" / native.build_dir().name)
+    proc = run_python(TAMPERED.format(path=str(tmp_path / "sm")), env={"TFTVM_CACHE_DIR": str(fresh)})
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert "REFUSED" in proc.stdout and "SHA-256 mismatch" in proc.stdout
+    assert not list((fresh / "modules").glob("*.so"))

@@ -62,6 +62,7 @@ def compile_command(output: Path) -> list[str]:
     return [
         os.environ.get("CXX", "g++"), "-shared", "-fPIC", "-O2", "-w",
         *tf.sysconfig.get_compile_flags(),
+        "-I" + os.path.join(tf.sysconfig.get_include(), "external", "boringssl", "src", "include"),
         "-I" + tvm_ffi.libinfo.find_include_path(),
         "-I" + tvm_ffi.libinfo.find_dlpack_include_path(),
         *[str(p) for p in sources() if p.suffix == ".cc"],

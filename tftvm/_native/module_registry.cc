@@ -1,10 +1,10 @@
 #include "module_registry.h"
 
 #include <fcntl.h>
+#include <openssl/sha.h>  // BoringSSL, exported by libtensorflow_framework
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include <cctype>
 #include <cerrno>
 #include <cstdlib>
 #include <cstring>
@@ -67,6 +67,18 @@ void WriteAtomically(const std::string& path, const std::string& bytes) {
   }
 }
 
+std::string Sha256Hex(const std::string& bytes) {
+  uint8_t digest[SHA256_DIGEST_LENGTH];
+  SHA256(reinterpret_cast<const uint8_t*>(bytes.data()), bytes.size(), digest);
+  static const char* kHex = "0123456789abcdef";
+  std::string hex;
+  for (uint8_t b : digest) {
+    hex.push_back(kHex[b >> 4]);
+    hex.push_back(kHex[b & 15]);
+  }
+  return hex;
+}
+
 }  // namespace
 
 ModuleRegistry& ModuleRegistry::Global() {
@@ -110,10 +122,11 @@ tvm::ffi::Module ModuleRegistry::Get(const std::string& key, const std::string& 
 }
 
 tvm::ffi::Module ModuleRegistry::LoadEmbedded(const std::string& key, const std::string& bytes) {
-  for (char ch : key) {
-    if (!std::isxdigit(static_cast<unsigned char>(ch))) {
-      throw std::runtime_error("malformed module key '" + key + "'");
-    }
+  // The key is the library's SHA-256: bytes that do not match were altered
+  // after the graph was built, and are never loaded.
+  if (Sha256Hex(bytes) != key) {
+    throw std::runtime_error("the embedded TVM module does not match its key " + key +
+                             " (SHA-256 mismatch); refusing to load altered code");
   }
   std::string dir = dir_.empty() ? DefaultModuleDir() : dir_;
   MakeDirs(dir);
