@@ -36,7 +36,7 @@ def test_saved_model_loads_in_a_fresh_process_with_empty_cache(add_bias, tmp_pat
     assert not (fresh / "kernels").exists()
     assert proc.returncode == 0, proc.stderr[-3000:]
     x = np.arange(3 * 64, dtype=np.float32).reshape(3, 64)
-    np.testing.assert_allclose(np.load(out), (x + b).sum(1), rtol=1e-5)
+    np.testing.assert_array_equal(np.load(out), add_bias(x, b)[1].numpy())  # bit for bit
 
 
 TAMPERED = """
@@ -65,3 +65,33 @@ def test_tampered_saved_model_is_refused(add_bias, tmp_path):
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert "REFUSED" in proc.stdout and "SHA-256 mismatch" in proc.stdout
     assert not list((fresh / "modules").glob("*.so"))
+
+
+SESSION_LOAD = """
+import numpy as np, tensorflow as tf, tftvm
+tf.compat.v1.disable_eager_execution()
+with tf.compat.v1.Session(graph=tf.Graph()) as sess:
+    meta = tf.compat.v1.saved_model.load(sess, ["serve"], {path!r})
+    sig = meta.signature_def["serving_default"]
+    x_name = sig.inputs["x"].name
+    s_name = sig.outputs["output_1"].name
+    out = sess.run(s_name, {{x_name: np.arange(2 * 64, dtype=np.float32).reshape(2, 64)}})
+np.save({out!r}, out)
+print("OK")
+"""
+
+
+def test_saved_model_through_the_v1_session_loader(add_bias, tmp_path):
+    b = np.linspace(0, 1, 64).astype(np.float32)
+    module = tf.Module()
+    module.f = tf.function(lambda x: add_bias(x, tf.constant(b)),
+                           input_signature=[tf.TensorSpec([None, 64], name="x")])  # fmt: skip
+    tf.saved_model.save(module, str(tmp_path / "sm"), signatures=module.f)
+    fresh = tmp_path / "cache"
+    shutil.copytree(native.library_path().parent, fresh / "native" / native.build_dir().name)
+    out = tmp_path / "s.npy"
+    proc = run_python(SESSION_LOAD.format(path=str(tmp_path / "sm"), out=str(out)),
+                      env={"TFTVM_CACHE_DIR": str(fresh)})  # fmt: skip
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    x = np.arange(2 * 64, dtype=np.float32).reshape(2, 64)
+    np.testing.assert_array_equal(np.load(out), add_bias(x, b)[1].numpy())

@@ -11,6 +11,7 @@ from tensorflow.python.eager import context as tf_context
 from tensorflow.python.eager import core as tf_core
 from tensorflow.python.framework import ops as tf_ops
 
+from . import gradient
 from . import kernel as kernel_lib
 from . import native
 from .signature import Signature
@@ -28,11 +29,13 @@ class TvmOp:
     wrapped object's __dict__ onto itself, and a plain `_call` would shadow its own.
     """
 
-    def __init__(self, kernel: kernel_lib.Kernel, name: str):
+    def __init__(self, kernel: kernel_lib.Kernel, name: str, grad=None):
         self.kernel = kernel
         self.name = name
         self.signature = kernel.signature
         kernel.register()
+        if grad is not None:
+            gradient.register(kernel.key, name, grad)
         self._tftvm_call = native.load().tvm_call
         self._tftvm_dtypes = [t.tf_dtype for t in self.signature.inputs]
         self._tftvm_eager_attrs = dict(
@@ -117,13 +120,19 @@ def _symbol(name: str) -> str:
 
 
 def op(inputs_or_func, outputs=None, *, name: str | None = None, func_name: str | None = None,
-       num_outputs: int | None = None, target=None, schedule: bool = True) -> TvmOp:  # fmt: skip
+       num_outputs: int | None = None, target=None, schedule: bool = True,
+       grad=None) -> TvmOp:  # fmt: skip
     """Turn a TVM function into a TF op.
 
     Accepts TE tensors (`op([A, B], [C, D])`), a TIR PrimFunc (destination-passing
     style: the trailing `num_outputs` buffers, default 1, are outputs), or an
     IRModule of PrimFuncs (choose one with `func_name=`). `target` defaults to the
     host CPU with its real mcpu. Compiled kernels are cached on disk by content.
+
+    `grad` makes the op differentiable: a callable (another tftvm op, or any
+    function of TF ops) taking the forward inputs, outputs and upstream gradients
+    as positional arguments, in that order, and returning one gradient per
+    floating-point input. Upstream gradients of unused outputs arrive as zeros.
     """
     import tvm
     from tvm import te, tirx
@@ -163,7 +172,7 @@ def op(inputs_or_func, outputs=None, *, name: str | None = None, func_name: str 
         func, func_name=_symbol(func_name or name), num_outputs=num_outputs or 1,
         target=target, schedule=schedule,
     )  # fmt: skip
-    return TvmOp(kernel, name)
+    return TvmOp(kernel, name, grad=grad)
 
 
 def _is_te_list(x) -> bool:
@@ -173,7 +182,7 @@ def _is_te_list(x) -> bool:
 
 
 def load_op(path: str | Path, func_name: str, *, signature=None, num_outputs: int = 1,
-            name: str | None = None) -> TvmOp:  # fmt: skip
+            name: str | None = None, grad=None) -> TvmOp:  # fmt: skip
     """An op from an exported TVM library.
 
     The signature comes from the library's sidecar (written by `TvmOp.save` /
@@ -207,4 +216,4 @@ def load_op(path: str | Path, func_name: str, *, signature=None, num_outputs: in
         raise ValueError(f"tftvm.load_op: {path} is not a loadable TVM library: {err}") from err
     if not module.implements_function(func_name, True):
         raise LookupError(f"tftvm.load_op: the TVM library {path} has no function '{func_name}'")
-    return TvmOp(kernel, name or func_name)
+    return TvmOp(kernel, name or func_name, grad=grad)

@@ -1,0 +1,61 @@
+"""A Keras 3 model whose dense kernel is a tftvm matmul trains like tf.matmul."""
+import keras
+import numpy as np
+import pytest
+import tensorflow as tf
+import tftvm
+from tvm import te
+
+
+def te_matmul(name, a_shape, b_shape, out_shape, body, reduce_extent):
+    A = te.placeholder(a_shape, "float32", name="A")
+    B = te.placeholder(b_shape, "float32", name="B")
+    r = te.reduce_axis((0, reduce_extent), "r")
+    C = te.compute(out_shape, lambda i, j: te.sum(body(A, B, i, j, r), axis=r), name="C")
+    return tftvm.op([A, B], [C], name=name)
+
+
+@pytest.fixture(scope="module")
+def matmul_with_grad():
+    n, k, m = te.var("n"), te.var("k"), te.var("m")
+    # dA = dC · Bᵀ  (n, m) x (k, m) -> (n, k);  dB = Aᵀ · dC  (n, k) x (n, m) -> (k, m)
+    grad_a = te_matmul("matmul_grad_a", (n, m), (k, m), (n, k), lambda a, b, i, j, r: a[i, r] * b[j, r], m)
+    grad_b = te_matmul("matmul_grad_b", (n, k), (n, m), (k, m), lambda a, b, i, j, r: a[r, i] * b[r, j], n)
+    A = te.placeholder((n, k), "float32", name="A")
+    B = te.placeholder((k, m), "float32", name="B")
+    r = te.reduce_axis((0, k), "r")
+    C = te.compute((n, m), lambda i, j: te.sum(A[i, r] * B[r, j], axis=r), name="C")
+    return tftvm.op([A, B], [C], name="matmul_trainable",
+                    grad=lambda a, b, c, dc: (grad_a(dc, b), grad_b(a, dc)))  # fmt: skip
+
+
+class Dense(keras.layers.Layer):
+    def __init__(self, units, matmul, **kwargs):
+        super().__init__(**kwargs)
+        self.units, self.matmul = units, matmul
+
+    def build(self, input_shape):
+        self.kernel = self.add_weight(shape=(input_shape[-1], self.units), initializer="glorot_uniform")
+        self.bias = self.add_weight(shape=(self.units,), initializer="zeros")
+
+    def call(self, x):
+        return self.matmul(x, self.kernel) + self.bias
+
+
+def train(matmul, x, y):
+    keras.utils.set_random_seed(7)
+    model = keras.Sequential([keras.Input((x.shape[1],)), Dense(16, matmul), keras.layers.ReLU(),
+                              Dense(1, matmul)])  # fmt: skip
+    model.compile(optimizer=keras.optimizers.SGD(0.05), loss="mse")
+    history = model.fit(x, y, batch_size=16, epochs=6, shuffle=False, verbose=0)
+    return history.history["loss"]
+
+
+def test_fit_matches_tf_matmul(matmul_with_grad):
+    rng = np.random.default_rng(0)
+    x = rng.standard_normal((64, 8)).astype(np.float32)
+    y = (x @ rng.standard_normal((8, 1)) + 0.1).astype(np.float32)
+    want = train(tf.matmul, x, y)
+    got = train(matmul_with_grad, x, y)
+    assert want[-1] < want[0]  # the reference model does learn
+    np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-5)
