@@ -24,19 +24,23 @@ def rng():
     return np.random.default_rng(1234)
 
 
-@pytest.fixture(scope="session")
-def add_bias():
+def make_add_bias(width: int = 64, name: str = "add_bias", grad=None):
     """The op from the issue: C = A + B (row-broadcast) and D = row sums of C."""
     import tftvm
     from tvm import te
 
     n = te.var("n")
-    A = te.placeholder((n, 64), "float32", name="A")
-    B = te.placeholder((64,), "float32", name="B")
-    C = te.compute((n, 64), lambda i, j: A[i, j] + B[j], name="C")
-    k = te.reduce_axis((0, 64), "k")
+    A = te.placeholder((n, width), "float32", name="A")
+    B = te.placeholder((width,), "float32", name="B")
+    C = te.compute((n, width), lambda i, j: A[i, j] + B[j], name="C")
+    k = te.reduce_axis((0, width), "k")
     D = te.compute((n,), lambda i: te.sum(C[i, k], axis=k), name="D")
-    return tftvm.op([A, B], [C, D], name="add_bias")
+    return tftvm.op([A, B], [C, D], name=name, grad=grad)
+
+
+@pytest.fixture(scope="session")
+def add_bias():
+    return make_add_bias()
 
 
 @pytest.fixture(scope="session")

@@ -5,6 +5,8 @@ import tensorflow as tf
 import tftvm
 from tvm import te, tirx
 
+from conftest import make_add_bias
+
 
 @pytest.fixture(scope="module")
 def square_scale():
@@ -24,18 +26,12 @@ def square_scale():
 @pytest.fixture(scope="module")
 def add_bias_grad():
     """The two-output op with a backward made of TF ops."""
-    n = te.var("n")
-    A = te.placeholder((n, 8), "float32", name="A")
-    B = te.placeholder((8,), "float32", name="B")
-    C = te.compute((n, 8), lambda i, j: A[i, j] + B[j], name="C")
-    k = te.reduce_axis((0, 8), "k")
-    D = te.compute((n,), lambda i: te.sum(C[i, k], axis=k), name="D")
 
     def backward(a, b, c, d, dc, dd):
         da = dc + dd[:, None]
         return da, tf.reduce_sum(da, axis=0)
 
-    return tftvm.op([A, B], [C, D], name="add_bias_grad", grad=backward)
+    return make_add_bias(width=8, name="add_bias_grad", grad=backward)
 
 
 def test_compute_gradient_matches_numeric(square_scale, rng):

@@ -1,10 +1,16 @@
 """A Keras 3 model whose dense kernel is a tftvm matmul trains like tf.matmul."""
+import functools
+import shutil
+
 import keras
 import numpy as np
 import pytest
 import tensorflow as tf
 import tftvm
+from tftvm import native
 from tvm import te
+
+from conftest import run_python
 
 
 def te_matmul(name, a_shape, b_shape, out_shape, body, reduce_extent):
@@ -17,6 +23,11 @@ def te_matmul(name, a_shape, b_shape, out_shape, body, reduce_extent):
 
 @pytest.fixture(scope="module")
 def matmul_with_grad():
+    return trainable_matmul()
+
+
+@functools.lru_cache(maxsize=None)
+def trainable_matmul():
     n, k, m = te.var("n"), te.var("k"), te.var("m")
     # dA = dC · Bᵀ  (n, m) x (k, m) -> (n, k);  dB = Aᵀ · dC  (n, k) x (n, m) -> (k, m)
     grad_a = te_matmul("matmul_grad_a", (n, m), (k, m), (n, k), lambda a, b, i, j, r: a[i, r] * b[j, r], m)
@@ -59,3 +70,40 @@ def test_fit_matches_tf_matmul(matmul_with_grad):
     got = train(matmul_with_grad, x, y)
     assert want[-1] < want[0]  # the reference model does learn
     np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-5)
+
+
+@keras.saving.register_keras_serializable("tftvm_tests")
+class TvmDense(Dense):
+    """The documented pattern: the layer builds its op itself, so its config is plain data."""
+
+    def __init__(self, units, **kwargs):
+        super().__init__(units, trainable_matmul(), **kwargs)
+
+    def get_config(self):
+        return {**super().get_config(), "units": self.units}
+
+
+SERVE = """
+import numpy as np, tensorflow as tf, tftvm
+m = tf.saved_model.load({path!r})
+np.save({out!r}, m.serve(tf.constant(np.load({x!r}))).numpy())
+"""
+
+
+def test_keras_save_load_and_export(tmp_path):
+    keras.utils.set_random_seed(3)
+    model = keras.Sequential([keras.Input((8,)), TvmDense(4), keras.layers.ReLU(), TvmDense(2)])
+    x = np.random.default_rng(1).standard_normal((5, 8)).astype(np.float32)
+    want = model(x).numpy()
+    model.save(tmp_path / "m.keras")
+    loaded = keras.models.load_model(tmp_path / "m.keras")
+    np.testing.assert_array_equal(loaded(x).numpy(), want)
+
+    model.export(str(tmp_path / "exported"), verbose=False)
+    np.save(tmp_path / "x.npy", x)
+    fresh = tmp_path / "cache"
+    shutil.copytree(native.library_path().parent, fresh / "native" / native.build_dir().name)
+    proc = run_python(SERVE.format(path=str(tmp_path / "exported"), out=str(tmp_path / "y.npy"),
+                                   x=str(tmp_path / "x.npy")), env={"TFTVM_CACHE_DIR": str(fresh)})  # fmt: skip
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    np.testing.assert_array_equal(np.load(tmp_path / "y.npy"), want)

@@ -95,3 +95,25 @@ def test_saved_model_through_the_v1_session_loader(add_bias, tmp_path):
     assert proc.returncode == 0, proc.stderr[-3000:]
     x = np.arange(2 * 64, dtype=np.float32).reshape(2, 64)
     np.testing.assert_array_equal(np.load(out), add_bias(x, b)[1].numpy())
+
+
+NO_PYTHON_TVM = """
+import sys, numpy as np, tensorflow as tf
+tf.load_op_library({lib!r})          # what a C++ server does with the bridge library
+m = tf.saved_model.load({path!r})
+y, s = m.f(tf.constant(np.ones((2, 64), np.float32)))
+assert "tvm" not in sys.modules and "tftvm" not in sys.modules
+np.save({out!r}, s.numpy())
+"""
+
+
+def test_saved_model_runs_with_the_bridge_library_alone(add_bias, tmp_path):
+    module = tf.Module()
+    module.f = tf.function(lambda x: add_bias(x, tf.ones([64])),
+                           input_signature=[tf.TensorSpec([None, 64])])  # fmt: skip
+    tf.saved_model.save(module, str(tmp_path / "sm"))
+    out = tmp_path / "s.npy"
+    code = NO_PYTHON_TVM.format(lib=str(native.library_path()), path=str(tmp_path / "sm"), out=str(out))
+    proc = run_python(code, env={"TFTVM_CACHE_DIR": str(tmp_path / "cache")})
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    np.testing.assert_array_equal(np.load(out), np.full(2, 128.0, np.float32))

@@ -55,9 +55,11 @@ def library_path() -> Path:
 
 def compile_command(output: Path) -> list[str]:
     import tensorflow as tf
+    import tvm.libinfo
     import tvm_ffi.libinfo
 
     ffi_lib_dir = str(Path(tvm_ffi.libinfo.find_libtvm_ffi()).parent)
+    tvm_lib_dir = str(Path(tvm.libinfo.find_libtvm_runtime()).parent)
     tf_lib_dir = tf.sysconfig.get_lib()
     return [
         os.environ.get("CXX", "g++"), "-shared", "-fPIC", "-O2", "-w",
@@ -69,7 +71,10 @@ def compile_command(output: Path) -> list[str]:
         "-o", str(output),
         *tf.sysconfig.get_link_flags(),
         "-L" + ffi_lib_dir, "-ltvm_ffi",
-        f"-Wl,-rpath,{ffi_lib_dir}", f"-Wl,-rpath,{tf_lib_dir}",
+        # TVM's runtime registers the loader for compiled modules: linking it makes
+        # the library enough on its own for a C++ server (no Python, no `import tvm`).
+        "-Wl,--no-as-needed", "-L" + tvm_lib_dir, "-ltvm_runtime",
+        f"-Wl,-rpath,{ffi_lib_dir}", f"-Wl,-rpath,{tvm_lib_dir}", f"-Wl,-rpath,{tf_lib_dir}",
     ]  # fmt: skip
 
 

@@ -19,7 +19,7 @@ from .signature import Signature
 log = logging.getLogger(__name__)
 
 
-_EagerTensor = type(tf.constant(0))
+_EagerTensor = tf_ops.EagerTensor  # not tf.constant(): that would start the TF runtime at import
 
 
 class TvmOp:
