@@ -4,6 +4,7 @@ import pytest
 import tensorflow as tf
 import tftvm
 from tvm import te, tirx
+from tvm.script import tirx as T
 
 from conftest import make_add_bias
 
@@ -72,6 +73,15 @@ def test_unconnected_output_gets_zero_upstream(add_bias_grad, rng):
         np.testing.assert_allclose(g.numpy(), w.numpy(), rtol=1e-5, atol=1e-5)
 
 
+def test_compute_gradient_of_a_two_output_op(add_bias_grad, rng):
+    a = rng.standard_normal((2, 8)).astype(np.float32)
+    b = rng.standard_normal(8).astype(np.float32)
+    for index in (0, 1):
+        theoretical, numerical = tf.test.compute_gradient(lambda a, b: add_bias_grad(a, b)[index], [a, b])
+        for t, n in zip(theoretical, numerical):
+            np.testing.assert_allclose(t, n, rtol=1e-2, atol=1e-2)  # float32 finite differences
+
+
 def test_both_outputs_connected(add_bias_grad, rng):
     a = tf.Variable(rng.standard_normal((2, 8)).astype(np.float32))
     b = tf.Variable(rng.standard_normal(8).astype(np.float32))
@@ -115,3 +125,88 @@ def test_non_callable_grad_is_refused():
     x = te.placeholder((4,), "float32", name="x")
     with pytest.raises(TypeError, match="must be callable"):
         tftvm.op([x], [te.compute((4,), lambda i: x[i], name="y")], name="g", grad="auto-ish")
+
+
+# grad="auto": the backward derived from the TE compute itself.
+
+def check_auto_gradient(make_outputs, shapes, rng, name):
+    placeholders = [te.placeholder(s, "float64", name=f"x{i}") for i, s in enumerate(shapes)]
+    outputs = make_outputs(*placeholders)
+    op = tftvm.op(placeholders, outputs, name=name, grad="auto")
+    args = [rng.uniform(0.5, 1.5, s) for s in shapes]
+    for index in range(len(outputs)):
+        f = (lambda *a, index=index: op(*a)[index]) if len(outputs) > 1 else op
+        theoretical, numerical = tf.test.compute_gradient(f, args)
+        for t, n in zip(theoretical, numerical):
+            np.testing.assert_allclose(t, n, rtol=1e-5, atol=1e-6)
+
+
+def test_auto_grad_fused_two_output_stages(rng):
+    def build(a, b):
+        c = te.compute((3, 4), lambda i, j: tirx.exp(a[i, j]) * b[j] + a[i, j] * a[i, j], name="c")
+        k = te.reduce_axis((0, 4), "k")
+        return [c, te.compute((3,), lambda i: te.sum(c[i, k] * b[k], axis=k), name="d")]
+
+    check_auto_gradient(build, [(3, 4), (4,)], rng, "auto_fused")
+
+
+def test_auto_grad_matmul_and_transpose(rng):
+    def build(a, b):
+        r = te.reduce_axis((0, 4), "r")
+        return [te.compute((3, 5), lambda i, j: te.sum(a[r, i] * b[r, j], axis=r), name="atb")]
+
+    check_auto_gradient(build, [(4, 3), (4, 5)], rng, "auto_atb")
+
+
+@pytest.mark.parametrize("fn", [
+    lambda x, y: tirx.tanh(x) / y, lambda x, y: tirx.sigmoid(x) - tirx.log(y),
+    lambda x, y: tirx.sqrt(x * y), lambda x, y: tirx.max(x, y) * tirx.min(x, y),
+    lambda x, y: tirx.Select(x > y, x * 2.0, y), lambda x, y: tirx.Cast("float64", tirx.Cast("float32", x)) + y,
+], ids=["tanh_div", "sigmoid_log", "sqrt", "max_min", "select", "cast"])  # fmt: skip
+def test_auto_grad_elementwise_rules(fn, rng):
+    def build(a, b):
+        return [te.compute((6,), lambda i: fn(a[i], b[i]), name="y")]
+
+    check_auto_gradient(build, [(6,), (6,)], rng, "auto_rule")
+
+
+def test_auto_grad_in_tape_with_symbolic_shapes(rng):
+    n = te.var("n")
+    x = te.placeholder((n, 3), "float32", name="x")
+    w = te.placeholder((3,), "float32", name="w")
+    k = te.reduce_axis((0, 3), "k")
+    y = te.compute((n,), lambda i: te.sum(x[i, k] * w[k], axis=k), name="y")
+    op = tftvm.op([x, w], [y], name="auto_matvec", grad="auto")
+    xv = tf.constant(rng.standard_normal((5, 3)).astype(np.float32))
+    wv = tf.constant(rng.standard_normal(3).astype(np.float32))
+
+    @tf.function(input_signature=[tf.TensorSpec([None, 3]), tf.TensorSpec([3])])
+    def grads(x, w):
+        with tf.GradientTape() as tape:
+            tape.watch([x, w])
+            loss = tf.reduce_sum(op(x, w) ** 2)
+        return tape.gradient(loss, [x, w])
+
+    dx, dw = grads(xv, wv)
+    residual = 2 * (xv.numpy() @ wv.numpy())
+    np.testing.assert_allclose(dx.numpy(), residual[:, None] * wv.numpy()[None, :], rtol=1e-5, atol=1e-5)
+    np.testing.assert_allclose(dw.numpy(), xv.numpy().T @ residual, rtol=1e-5, atol=1e-5)
+
+
+def test_auto_grad_refuses_shifted_access():
+    n = te.var("n")
+    x = te.placeholder((n,), "float32", name="x")
+    y = te.compute((n - 1,), lambda i: x[i + 1] - x[i], name="diff")
+    with pytest.raises(NotImplementedError, match="not a distinct loop variable; give grad= yourself"):
+        tftvm.op([x], [y], name="auto_shifted", grad="auto")
+
+
+@T.prim_func
+def copy(A: T.Buffer((4,), "float32"), B: T.Buffer((4,), "float32")):
+    for i in range(4):
+        B[i] = A[i]
+
+
+def test_auto_grad_needs_the_te_form():
+    with pytest.raises(ValueError, match="needs the TE form"):
+        tftvm.op(copy, grad="auto")

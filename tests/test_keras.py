@@ -13,14 +13,6 @@ from tvm import te
 from conftest import run_python
 
 
-def te_matmul(name, a_shape, b_shape, out_shape, body, reduce_extent):
-    A = te.placeholder(a_shape, "float32", name="A")
-    B = te.placeholder(b_shape, "float32", name="B")
-    r = te.reduce_axis((0, reduce_extent), "r")
-    C = te.compute(out_shape, lambda i, j: te.sum(body(A, B, i, j, r), axis=r), name="C")
-    return tftvm.op([A, B], [C], name=name)
-
-
 @pytest.fixture(scope="module")
 def matmul_with_grad():
     return trainable_matmul()
@@ -28,16 +20,13 @@ def matmul_with_grad():
 
 @functools.lru_cache(maxsize=None)
 def trainable_matmul():
+    """A TE matmul whose backward TVM derives itself (grad="auto")."""
     n, k, m = te.var("n"), te.var("k"), te.var("m")
-    # dA = dC · Bᵀ  (n, m) x (k, m) -> (n, k);  dB = Aᵀ · dC  (n, k) x (n, m) -> (k, m)
-    grad_a = te_matmul("matmul_grad_a", (n, m), (k, m), (n, k), lambda a, b, i, j, r: a[i, r] * b[j, r], m)
-    grad_b = te_matmul("matmul_grad_b", (n, k), (n, m), (k, m), lambda a, b, i, j, r: a[r, i] * b[r, j], n)
     A = te.placeholder((n, k), "float32", name="A")
     B = te.placeholder((k, m), "float32", name="B")
     r = te.reduce_axis((0, k), "r")
     C = te.compute((n, m), lambda i, j: te.sum(A[i, r] * B[r, j], axis=r), name="C")
-    return tftvm.op([A, B], [C], name="matmul_trainable",
-                    grad=lambda a, b, c, dc: (grad_a(dc, b), grad_b(a, dc)))  # fmt: skip
+    return tftvm.op([A, B], [C], name="matmul_trainable", grad="auto")
 
 
 class Dense(keras.layers.Layer):
@@ -107,3 +96,11 @@ def test_keras_save_load_and_export(tmp_path):
                                    x=str(tmp_path / "x.npy")), env={"TFTVM_CACHE_DIR": str(fresh)})  # fmt: skip
     assert proc.returncode == 0, proc.stderr[-3000:]
     np.testing.assert_array_equal(np.load(tmp_path / "y.npy"), want)
+
+
+def test_auto_grad_matmul_matches_numeric_gradient():
+    rng = np.random.default_rng(5)
+    a, b = rng.standard_normal((3, 4)).astype(np.float32), rng.standard_normal((4, 2)).astype(np.float32)
+    theoretical, numerical = tf.test.compute_gradient(trainable_matmul(), [a, b])
+    for t, n in zip(theoretical, numerical):
+        np.testing.assert_allclose(t, n, rtol=1e-2, atol=1e-2)  # float32 finite differences

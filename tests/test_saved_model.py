@@ -2,6 +2,7 @@
 import shutil
 
 import numpy as np
+import pytest
 import tensorflow as tf
 from tftvm import native
 
@@ -13,7 +14,7 @@ import tftvm, tvm
 def refuse(*a, **k):
     raise AssertionError("the TVM compiler must not run when loading a SavedModel")
 tvm.compile = refuse
-m = tf.saved_model.load({path!r})
+m = tftvm.load_saved_model({path!r}) if {use_tftvm} else tf.saved_model.load({path!r})
 x = np.arange(3 * 64, dtype=np.float32).reshape(3, 64)
 y, s = m.f(tf.constant(x))
 np.save({out!r}, s.numpy())
@@ -21,7 +22,8 @@ print("OK")
 """
 
 
-def test_saved_model_loads_in_a_fresh_process_with_empty_cache(add_bias, tmp_path):
+@pytest.mark.parametrize("use_tftvm", [False, True], ids=["tf.saved_model.load", "tftvm.load_saved_model"])
+def test_saved_model_loads_in_a_fresh_process_with_empty_cache(add_bias, tmp_path, use_tftvm):
     b = np.linspace(-1, 1, 64).astype(np.float32)
     module = tf.Module()
     module.f = tf.function(lambda x: add_bias(x, tf.constant(b)),
@@ -31,7 +33,7 @@ def test_saved_model_loads_in_a_fresh_process_with_empty_cache(add_bias, tmp_pat
     # A fresh cache holding only the bridge library (what an install builds once).
     fresh = tmp_path / "cache"
     shutil.copytree(native.library_path().parent, fresh / "native" / native.build_dir().name)
-    proc = run_python(LOAD.format(path=str(tmp_path / "sm"), out=str(out)),
+    proc = run_python(LOAD.format(path=str(tmp_path / "sm"), out=str(out), use_tftvm=use_tftvm),
                       env={"TFTVM_CACHE_DIR": str(fresh)})
     assert not (fresh / "kernels").exists()
     assert proc.returncode == 0, proc.stderr[-3000:]

@@ -8,6 +8,7 @@ _os.environ.setdefault("TVM_NUM_THREADS", str(_os.cpu_count() or 1))
 
 from .kernel import Kernel  # noqa: E402
 from .op import TvmOp, load_op, op  # noqa: E402
+from .saved_model import load_saved_model  # noqa: E402
 from .signature import Signature, TensorSig  # noqa: E402
 
 __version__ = "0.1.0"
@@ -22,4 +23,4 @@ except Exception as _err:  # noqa: BLE001  import must not fail: `tftvm doctor` 
     import logging as _logging
 
     _logging.getLogger(__name__).warning("tftvm bridge library unavailable: %s", _err)
-__all__ = ["Kernel", "Signature", "TensorSig", "TvmOp", "load_op", "op"]
+__all__ = ["Kernel", "Signature", "TensorSig", "TvmOp", "load_op", "load_saved_model", "op"]

@@ -133,11 +133,14 @@ def op(inputs_or_func, outputs=None, *, name: str | None = None, func_name: str 
     function of TF ops) taking the forward inputs, outputs and upstream gradients
     as positional arguments, in that order, and returning one gradient per
     floating-point input. Upstream gradients of unused outputs arrive as zeros.
+    `grad="auto"` (TE form) derives that backward from the TE compute and
+    compiles it as another tftvm op (see autodiff.py for what it covers).
     """
     import tvm
     from tvm import te, tirx
 
-    if outputs is not None or _is_te_list(inputs_or_func):
+    te_form = outputs is not None or _is_te_list(inputs_or_func)
+    if te_form:
         ins = list(inputs_or_func)
         outs = [outputs] if isinstance(outputs, te.Tensor) else list(outputs or [])
         if not outs:
@@ -168,6 +171,12 @@ def op(inputs_or_func, outputs=None, *, name: str | None = None, func_name: str 
             f"{type(inputs_or_func).__name__}; for an exported library use tftvm.load_op(path, ...)"
         )
     name = name or func_name or default_name
+    if isinstance(grad, str) and grad == "auto":
+        if not te_form:
+            raise ValueError(f"grad='auto' for '{name}' needs the TE form tftvm.op(inputs, outputs)")
+        from . import autodiff
+
+        grad = autodiff.backward_op(ins, outs, name)
     kernel = kernel_lib.compile_prim_func(
         func, func_name=_symbol(func_name or name), num_outputs=num_outputs or 1,
         target=target, schedule=schedule,
