@@ -1,0 +1,1 @@
+"""Graph integration: freeze -> mark -> cluster -> convert -> rewrite (in progress)."""
