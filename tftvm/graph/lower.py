@@ -1,0 +1,96 @@
+"""A Relax function run as a chain of tftvm ops: one TvmCall per fused TVM kernel.
+
+Relax's own passes legalize the high-level ops to TIR and fuse them
+(LegalizeOps, FuseOps, FuseTIR); every resulting `call_tir` is a PrimFunc in
+destination-passing style, which is exactly what `tftvm.op` takes. So a
+cluster needs no Relax VM inside TF: its kernels become TvmCall nodes wired
+the way the fused Relax function wires them.
+"""
+from __future__ import annotations
+
+import logging
+
+log = logging.getLogger(__name__)
+
+
+def fuse(mod):
+    """Legalize and fuse a Relax module with TVM's standard passes."""
+    import tvm
+    from tvm import relax
+
+    passes = [
+        relax.transform.LegalizeOps(),
+        relax.transform.AnnotateTIROpPattern(),
+        relax.transform.FoldConstant(),
+        relax.transform.FuseOps(),
+        relax.transform.FuseTIR(),
+        relax.transform.DeadCodeElimination(),
+    ]
+    return tvm.transform.Sequential(passes)(mod)
+
+
+class RelaxProgram:
+    """Callable on TF tensors: runs the fused kernels of `mod["main"]` as tftvm ops."""
+
+    def __init__(self, mod, name: str, target=None, schedule: bool = True):
+        import tensorflow as tf
+        from tvm import relax
+
+        from ..op import op
+
+        fused = fuse(mod)
+        main = fused["main"]
+        self.name = name
+        self.params = list(main.params)
+        self.kernels = []  # the tftvm ops, in call order
+        self._steps = []  # (var, op or None, args or value)
+        for block in main.body.blocks:
+            for binding in block.bindings:
+                value = binding.value
+                if isinstance(value, relax.Call) and getattr(value.op, "name", "") == "relax.call_tir":
+                    if len(value.args) > 2:
+                        raise NotImplementedError(f"{name}: call_tir with extra shape arguments")
+                    gv, args = value.args
+                    out_ty = value.ty_args[0]
+                    n_out = len(out_ty.fields) if isinstance(out_ty, relax.TupleType) else 1
+                    kernel = op(fused[gv], num_outputs=n_out, name=f"{name}/{gv.name_hint}",
+                                target=target, schedule=schedule)  # fmt: skip
+                    self.kernels.append(kernel)
+                    self._steps.append((binding.var, kernel, list(args.fields)))
+                elif isinstance(value, (relax.Tuple, relax.TupleGetItem, relax.Var)):
+                    self._steps.append((binding.var, None, value))
+                else:
+                    raise NotImplementedError(f"{name}: cannot run Relax binding {value}")
+        self._result = main.body.body
+        self._constants: dict = {}  # id -> (expr kept alive, TF tensor)
+        self._tf = tf
+
+    def _resolve(self, expr, env):
+        from tvm import relax
+
+        if isinstance(expr, relax.Tuple):
+            return tuple(self._resolve(f, env) for f in expr.fields)
+        if isinstance(expr, relax.TupleGetItem):
+            return self._resolve(expr.tuple_value, env)[expr.index]
+        if isinstance(expr, relax.Var):
+            for var, value in env:
+                if var.same_as(expr):
+                    return value
+            raise KeyError(f"{self.name}: unbound Relax variable {expr.name}")
+        if hasattr(expr, "value"):  # a constant folded into the program: convert it once
+            key = id(expr)
+            if key not in self._constants:
+                self._constants[key] = (expr, self._tf.constant(expr.value.numpy()))
+            return self._constants[key][1]
+        raise NotImplementedError(f"{self.name}: cannot pass {expr} to a kernel")
+
+    def __call__(self, *inputs):
+        if len(inputs) != len(self.params):
+            raise TypeError(f"{self.name} takes {len(self.params)} inputs, got {len(inputs)}")
+        env = list(zip(self.params, inputs))
+        for var, kernel, args in self._steps:
+            if kernel is None:
+                env.append((var, self._resolve(args, env)))
+            else:
+                env.append((var, kernel(*[self._resolve(a, env) for a in args])))
+        return self._resolve(self._result, env)
