@@ -62,7 +62,7 @@ class RelaxProgram:
                 else:
                     raise NotImplementedError(f"{name}: cannot run Relax binding {value}")
         self._result = main.body.body
-        self._constants: dict = {}  # id -> (expr kept alive, TF tensor)
+        self._constants: dict = {}  # id -> (expr kept alive, NumPy value)
         self._tf = tf
 
     def _resolve(self, expr, env):
@@ -77,11 +77,11 @@ class RelaxProgram:
                 if var.same_as(expr):
                     return value
             raise KeyError(f"{self.name}: unbound Relax variable {expr.name}")
-        if hasattr(expr, "value"):  # a constant folded into the program: convert it once
+        if hasattr(expr, "value"):  # a constant folded into the program
             key = id(expr)
-            if key not in self._constants:
-                self._constants[key] = (expr, self._tf.constant(expr.value.numpy()))
-            return self._constants[key][1]
+            if key not in self._constants:  # NumPy, not a tensor: a tensor would belong to one trace
+                self._constants[key] = (expr, expr.value.numpy())
+            return self._tf.constant(self._constants[key][1])
         raise NotImplementedError(f"{self.name}: cannot pass {expr} to a kernel")
 
     def __call__(self, *inputs):

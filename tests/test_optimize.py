@@ -1,0 +1,87 @@
+"""tftvm.optimize end to end: clusters run as tftvm ops, the rest in TF, and a report."""
+import keras
+import numpy as np
+import pytest
+import tensorflow as tf
+import tftvm
+from tftvm import native
+
+from conftest import run_python
+
+
+@pytest.fixture(scope="module")
+def mlp():
+    keras.utils.set_random_seed(0)
+    return keras.Sequential([keras.Input((16,)), keras.layers.Dense(32, activation="relu"),
+                             keras.layers.Dense(8), keras.layers.Softmax()])  # fmt: skip
+
+
+def test_mlp_is_fully_offloaded_and_matches(mlp, rng):
+    fast = tftvm.optimize(mlp, input_signature=[tf.TensorSpec([None, 16])])
+    for n in (1, 7):
+        x = rng.standard_normal((n, 16)).astype(np.float32)
+        np.testing.assert_allclose(fast(x).numpy(), mlp(x).numpy(), rtol=1e-5, atol=1e-6)
+    report = fast.report()
+    assert "compute nodes: 6, offloaded to TVM: 6 (100.0%)" in report
+    assert "MatMul x2" in report and "TVM kernels" in report
+
+
+def test_unsupported_op_splits_the_graph_and_is_reported(rng):
+    w = tf.constant(rng.standard_normal((4, 4)).astype(np.float32))
+
+    def model(x):
+        h = tf.nn.relu(tf.matmul(x, w) + 1.0)
+        h = tf.math.cumsum(h, axis=1)  # no converter: stays in TF
+        return tf.tanh(tf.matmul(h, w) * 0.5)
+
+    fast = tftvm.optimize(model, [tf.TensorSpec([None, 4])])
+    x = rng.standard_normal((3, 4)).astype(np.float32)
+    np.testing.assert_allclose(fast(x).numpy(), model(x).numpy(), rtol=1e-5, atol=1e-6)
+    report = fast.report()
+    assert report.count("TVM kernels") == 2
+    assert "stayed in TF: Cumsum x1: no converter for Cumsum" in report
+
+
+def test_failed_cluster_stays_in_tf_unless_strict(rng):
+    def model(x, shape):
+        return tf.reshape(tf.exp(x) * 2.0 + 1.0, shape)  # a shape from outside: not convertible
+
+    sig = [tf.TensorSpec([6], tf.float32), tf.TensorSpec([2], tf.int32)]
+    fast = tftvm.optimize(model, sig)
+    x = rng.standard_normal(6).astype(np.float32)
+    np.testing.assert_allclose(fast(x, tf.constant([2, 3])).numpy(), model(x, [2, 3]).numpy(), rtol=1e-6)
+    assert "stayed in TF: Unsupported: input 1 of Reshape must be a constant" in fast.report()
+    with pytest.raises(Exception, match="must be a constant"):
+        tftvm.optimize(model, sig, strict=True)
+
+
+def test_min_cluster_size_and_deny_list(mlp, rng):
+    small = tftvm.optimize(lambda x: tf.nn.relu(x) * 2.0, [tf.TensorSpec([3])], min_cluster_size=3)
+    assert "offloaded to TVM: 0" in small.report()
+    np.testing.assert_allclose(small(np.array([-1.0, 0.5, 2.0], np.float32)).numpy(), [0.0, 1.0, 4.0])
+    denied = tftvm.optimize(mlp, [tf.TensorSpec([None, 16])], deny={"Softmax"})
+    assert "stayed in TF: Softmax x1: in the deny list" in denied.report()
+    x = rng.standard_normal((2, 16)).astype(np.float32)
+    np.testing.assert_allclose(denied(x).numpy(), mlp(x).numpy(), rtol=1e-5, atol=1e-6)
+
+
+LOAD = """
+import numpy as np, tensorflow as tf, tftvm
+m = tf.saved_model.load({path!r})
+np.save({out!r}, m(tf.constant(np.load({x!r}))).numpy())
+"""
+
+
+def test_optimized_model_saves_and_loads_in_a_fresh_process(mlp, tmp_path, rng):
+    import shutil
+
+    fast = tftvm.optimize(mlp, [tf.TensorSpec([None, 16])])
+    tf.saved_model.save(fast, str(tmp_path / "sm"))
+    x = rng.standard_normal((4, 16)).astype(np.float32)
+    np.save(tmp_path / "x.npy", x)
+    fresh = tmp_path / "cache"
+    shutil.copytree(native.library_path().parent, fresh / "native" / native.build_dir().name)
+    proc = run_python(LOAD.format(path=str(tmp_path / "sm"), out=str(tmp_path / "y.npy"), x=str(tmp_path / "x.npy")),
+                      env={"TFTVM_CACHE_DIR": str(fresh)})  # fmt: skip
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    np.testing.assert_array_equal(np.load(tmp_path / "y.npy"), fast(x).numpy())

@@ -1,0 +1,24 @@
+"""Mark: can TVM take this node? Each answer comes with the reason."""
+from __future__ import annotations
+
+from .convert import CONVERTERS
+
+SUPPORTED_DTYPES = {"float32", "float16", "float64", "int32", "int64", "bool"}
+NOT_COMPUTE = {"Const", "Identity", "NoOp", "Placeholder"}  # do not count toward cluster size
+
+
+def reason_unsupported(node, graph) -> str | None:
+    """None if the node can go to TVM, else why not."""
+    if node.op == "Placeholder":
+        return "graph input"
+    if node.op not in CONVERTERS and node.op != "Const":
+        return f"no converter for {node.op}"
+    op = graph.get_operation_by_name(node.name)
+    for t in list(op.inputs) + list(op.outputs):
+        if t.dtype.name not in SUPPORTED_DTYPES:
+            return f"dtype {t.dtype.name}"
+        if t.shape.rank is None:
+            return "unknown rank"
+    if op.device and "CPU" not in op.device.upper():
+        return f"placed on {op.device}"
+    return None

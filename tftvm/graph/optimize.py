@@ -1,0 +1,129 @@
+"""`tftvm.optimize`: offload the TVM-convertible parts of a TF graph, keep the rest in TF."""
+from __future__ import annotations
+
+import logging
+import time
+from collections import defaultdict
+
+import tensorflow as tf
+
+from . import convert, lower, mark, partition, report, rewrite
+from .freeze import freeze
+
+log = logging.getLogger(__name__)
+
+
+class Optimized(tf.Module):
+    """The optimized function: call it, trace it, save it; `report()` says what ran where."""
+
+    def __init__(self, frozen, clusters, reasons, run, input_signature):
+        super().__init__()
+        self._frozen, self._clusters, self._reasons = frozen, clusters, reasons
+        structure = frozen.structured_outputs
+
+        def call(*args):
+            flat = run(*args)
+            return tf.nest.pack_sequence_as(structure, flat) if structure is not None else flat
+
+        # An instance attribute, so tf.saved_model.save keeps it and the loaded object is callable.
+        self.__call__ = tf.function(call, input_signature=list(input_signature), autograph=False)
+
+    def __call__(self, *args):  # Python looks special methods up on the class
+        return self.__dict__["__call__"](*args)
+
+    def report(self) -> str:
+        return report.format_report(self._frozen, self._clusters, self._reasons)
+
+
+def optimize(fn, input_signature, *, min_cluster_size: int = 3, max_clusters: int | None = None,
+             allow: set | None = None, deny: set | None = None, strict: bool = False,
+             target=None) -> Optimized:  # fmt: skip
+    """Cluster the supported nodes of `fn`'s graph, compile each cluster with TVM, and
+    return a callable that runs the clusters as tftvm ops and everything else in TF."""
+    frozen = freeze(fn, input_signature)
+    nodes = list(frozen.graph_def.node)
+    reasons = {}
+    for n in nodes:
+        why = mark.reason_unsupported(n, frozen.graph)
+        if why is None and allow is not None and n.op not in allow and n.op not in mark.NOT_COMPUTE:
+            why = "not in the allow list"
+        if why is None and deny is not None and n.op in deny:
+            why = "in the deny list"
+        reasons[n.name] = why
+    order, edges, consumers = _topology(nodes)
+    by_name = {n.name: n for n in nodes}
+    groups = partition.cluster(order, edges, lambda name: reasons[name] is None,
+                               min_cluster_size=min_cluster_size, max_clusters=max_clusters,
+                               counts=lambda name: by_name[name].op not in mark.NOT_COMPUTE)  # fmt: skip
+    clusters = []
+    for index, group in enumerate(groups):
+        members = [by_name[name] for name in group]
+        inputs, outputs = rewrite.cluster_boundary(members, frozen, consumers)
+        step = rewrite.ClusterStep(index, members, inputs, outputs)
+        _compile(step, frozen, target, strict)
+        clusters.append(step)
+    run = rewrite.replay(frozen, clusters, _schedule(order, edges, clusters))
+    return Optimized(frozen, clusters, reasons, run, input_signature)
+
+
+def _compile(step, frozen, target, strict) -> None:
+    start = time.perf_counter()
+    try:
+        specs = [(t, frozen.tensor(t).dtype.name, tuple(frozen.tensor(t).shape.as_list())) for t in step.inputs]
+        mod = convert.to_relax(step.nodes, specs, step.outputs)
+        step.program = lower.RelaxProgram(mod, name=f"cluster{step.index}", target=target)
+    except Exception as err:  # any failure leaves the cluster in TF, with the reason
+        if strict:
+            raise
+        step.error = f"{type(err).__name__}: {err}"
+        log.warning("cluster %d stays in TF: %s", step.index, step.error)
+    step.compile_seconds = time.perf_counter() - start
+    log.info("cluster %d: %d nodes, %.2f s", step.index, len(step.nodes), step.compile_seconds)
+
+
+def _topology(nodes):
+    names = [n.name for n in nodes]
+    edges, consumers, preds = [], defaultdict(list), defaultdict(set)
+    for n in nodes:
+        for t in n.input:
+            src = t.lstrip("^").split(":")[0]
+            edges.append((src, n.name))
+            preds[n.name].add(src)
+            if not t.startswith("^"):
+                consumers[t if ":" in t else t + ":0"].append(n.name)
+    order, seen = [], set()
+
+    def visit(name):
+        if name in seen:
+            return
+        seen.add(name)
+        for p in sorted(preds[name]):
+            visit(p)
+        order.append(name)
+
+    for name in names:
+        visit(name)
+    return order, edges, consumers
+
+
+def _schedule(order, edges, clusters):
+    """Topological order of steps: TF node names and compiled clusters as single steps."""
+    owner = {n.name: c for c in clusters if c.program is not None for n in c.nodes}
+    preds = defaultdict(set)
+    for a, b in edges:
+        sa, sb = owner.get(a, a), owner.get(b, b)
+        if sa is not sb:
+            preds[sb].add(sa)
+    steps, seen = [], set()
+
+    def visit(step):
+        if step in seen:
+            return
+        seen.add(step)
+        for p in preds[step]:
+            visit(p)
+        steps.append(step)
+
+    for name in order:
+        visit(owner.get(name, name))
+    return steps

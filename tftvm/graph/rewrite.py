@@ -1,0 +1,84 @@
+"""Rewrite: replay the frozen graph with each cluster replaced by its tftvm kernels.
+
+The frozen graph is replayed in topological order of "steps" (single TF nodes
+and whole clusters) inside a new tf.function: a TF node is re-imported with
+its inputs mapped to the replayed tensors; a cluster is called as a
+RelaxProgram. The result is an ordinary traceable, savable TF function.
+"""
+from __future__ import annotations
+
+import dataclasses
+
+
+@dataclasses.dataclass(eq=False)  # hashed by identity: a step is a node of the schedule
+class ClusterStep:
+    index: int
+    nodes: list  # NodeDefs
+    inputs: list  # tensor names consumed from outside, in program order
+    outputs: list  # tensor names produced for outside consumers
+    program: object = None  # RelaxProgram once compiled
+    compile_seconds: float = 0.0
+    error: str | None = None
+
+
+def tensor_inputs(node) -> list[str]:
+    return [i if ":" in i else i + ":0" for i in node.input if not i.startswith("^")]
+
+
+def cluster_boundary(nodes, frozen, consumers) -> tuple[list, list]:
+    """External input tensors and externally consumed output tensors of a node set."""
+    names = {n.name for n in nodes}
+    inputs: list[str] = []
+    for n in nodes:
+        for t in tensor_inputs(n):
+            if t.split(":")[0] not in names and t not in inputs:
+                inputs.append(t)
+    graph_outputs = {t.name for t in frozen.outputs}
+    outputs = []
+    for n in nodes:
+        for t in frozen.graph.get_operation_by_name(n.name).outputs:
+            used_outside = any(c not in names for c in consumers.get(t.name, ()))
+            if used_outside or t.name in graph_outputs:
+                outputs.append(t.name)
+    return inputs, outputs
+
+
+def replay(frozen, steps, order):
+    """A Python function of the graph inputs that replays `order` (node names or ClusterSteps)."""
+    import tensorflow as tf
+
+    by_name = {n.name: n for n in frozen.graph_def.node}
+    input_names = [t.name for t in frozen.inputs]
+
+    def run(*args):
+        env = dict(zip(input_names, args))
+        for step in order:
+            if isinstance(step, ClusterStep):
+                result = step.program(*[env[t] for t in step.inputs])
+                result = result if isinstance(result, tuple) else (result,)
+                env.update(zip(step.outputs, result))
+                continue
+            node = by_name[step]
+            if node.op == "Placeholder":
+                continue
+            op = frozen.graph.get_operation_by_name(node.name)
+            graph_def = tf.compat.v1.GraphDef(node=[_without_control_inputs(node)])
+            graph_def.versions.CopyFrom(frozen.graph_def.versions)
+            imported = tf.graph_util.import_graph_def(
+                graph_def, input_map={t: env[t] for t in tensor_inputs(node)},
+                return_elements=[t.name for t in op.outputs] or [node.name], name="",
+            )  # fmt: skip
+            env.update((t.name, v) for t, v in zip(op.outputs, imported))
+        return [env[t.name] for t in frozen.outputs]
+
+    return run
+
+
+def _without_control_inputs(node):
+    import tensorflow as tf
+
+    copy = tf.compat.v1.NodeDef()
+    copy.CopyFrom(node)
+    del copy.input[:]
+    copy.input.extend(i for i in node.input if not i.startswith("^"))
+    return copy
