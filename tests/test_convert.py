@@ -44,6 +44,16 @@ CASES = {
     "ExpandDims": (lambda x: tf.expand_dims(x, 1), [(3, 4)]),
     "Squeeze": (lambda x: tf.squeeze(x, axis=[1]), [(3, 1, 4)]),
     "Cast": (lambda x: tf.cast(x * 10.0, tf.int32), [(6,)]),
+    "Conv2D": (lambda x, w: tf.nn.conv2d(x, w, strides=2, padding="SAME"), [(1, 7, 7, 3), (3, 3, 3, 4)]),
+    "DepthwiseConv2dNative": (lambda x, w: tf.nn.depthwise_conv2d(x, w, [1, 1, 1, 1], "SAME"),
+                              [(2, 5, 5, 3), (3, 3, 3, 2)]),
+    "MaxPool": (lambda x: tf.nn.max_pool2d(x, 3, 2, "SAME"), [(1, 7, 7, 2)]),
+    "AvgPool": (lambda x: tf.nn.avg_pool2d(x, 3, 2, "SAME"), [(1, 7, 7, 2)]),
+    "FusedBatchNormV3": (lambda x, s, o, m, v: tf.compat.v1.nn.fused_batch_norm(
+        x, s, o, m, tf.abs(v) + 0.1, is_training=False)[0], [(1, 3, 3, 4), (4,), (4,), (4,), (4,)]),
+    "Pad": (lambda x: tf.pad(x, [[1, 0], [2, 1]]), [(3, 4)]),
+    "ConcatV2": (lambda x, y: tf.concat([x, y], axis=1), [(2, 3), (2, 5)]),
+    "Pack": (lambda x, y: tf.stack([x, y], axis=1), [(2, 3), (2, 3)]),
 }
 
 

@@ -85,3 +85,31 @@ def test_optimized_model_saves_and_loads_in_a_fresh_process(mlp, tmp_path, rng):
                       env={"TFTVM_CACHE_DIR": str(fresh)})  # fmt: skip
     assert proc.returncode == 0, proc.stderr[-3000:]
     np.testing.assert_array_equal(np.load(tmp_path / "y.npy"), fast(x).numpy())
+
+
+def test_small_cnn_with_symbolic_batch(rng):
+    keras.utils.set_random_seed(0)
+    cnn = keras.Sequential([
+        keras.Input((16, 16, 3)), keras.layers.Conv2D(8, 3, padding="same"),
+        keras.layers.BatchNormalization(), keras.layers.ReLU(), keras.layers.MaxPooling2D(),
+        keras.layers.DepthwiseConv2D(3, padding="same"), keras.layers.ReLU(6.0),
+        keras.layers.GlobalAveragePooling2D(), keras.layers.Dense(5),
+    ])  # fmt: skip
+    fast = tftvm.optimize(cnn, [tf.TensorSpec([None, 16, 16, 3])])
+    for n in (1, 3):
+        x = rng.standard_normal((n, 16, 16, 3)).astype(np.float32)
+        np.testing.assert_allclose(fast(x).numpy(), cnn(x).numpy(), rtol=1e-4, atol=1e-5)
+    assert "offloaded to TVM: 21 (100.0%)" in fast.report()
+
+
+def test_mobilenet_v2_small_input(rng):
+    keras.utils.set_random_seed(0)
+    model = keras.applications.MobileNetV2(weights=None, input_shape=(32, 32, 3), classifier_activation=None)
+    fast = tftvm.optimize(model, [tf.TensorSpec([None, 32, 32, 3])])
+    x = rng.uniform(-1, 1, (2, 32, 32, 3)).astype(np.float32)
+    want = model(x).numpy()
+    assert np.abs(want).max() > 0  # a real signal to compare
+    np.testing.assert_allclose(fast(x).numpy(), want, rtol=1e-3, atol=1e-3 * np.abs(want).max())
+    first = fast.report().splitlines()[0]
+    done, total = int(first.split("offloaded to TVM: ")[1].split()[0]), int(first.split()[2].rstrip(","))
+    assert done / total >= 0.9, first

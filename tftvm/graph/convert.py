@@ -254,3 +254,107 @@ def to_relax(nodes, inputs, outputs, constants=None):
             out = bb.emit_output(result[0] if len(result) == 1 else relax.Tuple(result))
         bb.emit_func_output(out)
     return bb.get()
+
+
+# Convolutions and pooling (NHWC, as TF lays them out by default).
+
+def _static_dims(x, what: str, axes=None) -> list:
+    """The dims of `x` as ints; those in `axes` (default: all) must be static."""
+    from tvm import tirx
+
+    shape = list(x.ty.shape)
+    axes = range(len(shape)) if axes is None else axes
+    for a in axes:
+        if not isinstance(shape[a], tirx.IntImm):
+            raise Unsupported(f"{what} needs static dims {list(axes)}, got {shape}")
+    return [int(d.value) if isinstance(d, tirx.IntImm) else None for d in shape]
+
+
+def _window_padding(ctx, node, x, window, strides, dilations):
+    """Relax (top, left, bottom, right) padding for TF's SAME / VALID / EXPLICIT."""
+    padding = ctx.attr(node, "padding")
+    if padding == "VALID":
+        return (0, 0, 0, 0)
+    if padding == "EXPLICIT":
+        p = [int(v) for v in ctx.attr(node, "explicit_paddings")]
+        return (p[2], p[4], p[3], p[5])
+    height, width = _static_dims(x, node.op, (1, 2))[1:3]
+    pads = []
+    for size, k, s, d in zip((height, width), window, strides, dilations):
+        out = -(-size // s)
+        pads.append(max((out - 1) * s + (k - 1) * d + 1 - size, 0))
+    return (pads[0] // 2, pads[1] // 2, pads[0] - pads[0] // 2, pads[1] - pads[1] // 2)
+
+
+def _nhwc_only(ctx, node):
+    if ctx.attr(node, "data_format", "NHWC") != "NHWC":
+        raise Unsupported(f"{node.op} with data_format {ctx.attr(node, 'data_format')}")
+
+
+@converts("Conv2D")
+def _conv2d(ctx, node, x, w):
+    _nhwc_only(ctx, node)
+    strides, dil = ctx.attr(node, "strides")[1:3], (ctx.attr(node, "dilations") or [1, 1, 1, 1])[1:3]
+    kh, kw, cin, _ = _static_dims(w, "Conv2D filter")
+    groups = _static_dims(x, "Conv2D", (3,))[3] // cin
+    pad = _window_padding(ctx, node, x, (kh, kw), strides, dil)
+    return _relax().op.nn.conv2d(x, w, strides=strides, padding=pad, dilation=dil, groups=groups,
+                                 data_layout="NHWC", kernel_layout="HWIO")  # fmt: skip
+
+
+@converts("DepthwiseConv2dNative")
+def _depthwise(ctx, node, x, w):
+    _nhwc_only(ctx, node)
+    strides, dil = ctx.attr(node, "strides")[1:3], (ctx.attr(node, "dilations") or [1, 1, 1, 1])[1:3]
+    kh, kw, c, m = _static_dims(w, "depthwise filter")
+    # TF's (H, W, C, M) filter is a grouped conv with C groups of M outputs each.
+    w = _relax().op.reshape(w, [kh, kw, 1, c * m])
+    pad = _window_padding(ctx, node, x, (kh, kw), strides, dil)
+    return _relax().op.nn.conv2d(x, w, strides=strides, padding=pad, dilation=dil, groups=c,
+                                 data_layout="NHWC", kernel_layout="HWIO")  # fmt: skip
+
+
+def _pool(kind):
+    def convert(ctx, node, x):
+        _nhwc_only(ctx, node)
+        window, strides = ctx.attr(node, "ksize")[1:3], ctx.attr(node, "strides")[1:3]
+        pad = _window_padding(ctx, node, x, window, strides, (1, 1))
+        fn = getattr(_relax().op.nn, kind)
+        # TF averages over the window's valid elements only: count_include_pad=False.
+        return fn(x, pool_size=window, strides=strides, padding=pad, layout="NHWC",
+                  count_include_pad=False)  # fmt: skip
+
+    return convert
+
+
+CONVERTERS["MaxPool"] = _pool("max_pool2d")
+CONVERTERS["AvgPool"] = _pool("avg_pool2d")
+
+
+@converts("FusedBatchNormV3", "FusedBatchNorm")
+def _fused_batch_norm(ctx, node, x, scale, offset, mean, variance, *rest):
+    if ctx.attr(node, "is_training", True):
+        raise Unsupported("FusedBatchNorm in training mode")
+    _nhwc_only(ctx, node)
+    op, relax = _relax().op, _relax()
+    eps = relax.const(float(ctx.attr(node, "epsilon", 1e-3)), ctx.attr(node, "T"))
+    inv = op.multiply(op.rsqrt(op.add(variance, eps)), scale)
+    return op.add(op.multiply(op.subtract(x, mean), inv), offset)
+
+
+@converts("Pad", "PadV2")
+def _pad(ctx, node, x, paddings, *value):
+    pads = [int(p) for p in np.asarray(ctx.constant(node, 1)).reshape(-1)]
+    fill = float(ctx.constant(node, 2)) if node.op == "PadV2" else 0.0
+    return _relax().op.nn.pad(x, pads, pad_value=fill)
+
+
+@converts("ConcatV2")
+def _concat(ctx, node, *args):
+    axis = int(ctx.constant(node, len(args) - 1))
+    return _relax().op.concat(list(args[:-1]), axis=axis)
+
+
+@converts("Pack")
+def _pack(ctx, node, *args):
+    return _relax().op.stack(list(args), axis=int(ctx.attr(node, "axis", 0)))

@@ -9,6 +9,7 @@ from .mark import NOT_COMPUTE
 def format_report(frozen, clusters, reasons) -> str:
     compute = [n for n in frozen.graph_def.node if n.op not in NOT_COMPUTE]
     offloaded = {n.name for c in clusters if c.program is not None for n in c.nodes}
+    in_failed = {n.name for c in clusters if c.program is None for n in c.nodes}
     done = [n for n in compute if n.name in offloaded]
     pct = 100.0 * len(done) / max(1, len(compute))
     lines = [f"compute nodes: {len(compute)}, offloaded to TVM: {len(done)} ({pct:.1f}%)"]
@@ -22,9 +23,10 @@ def format_report(frozen, clusters, reasons) -> str:
                      f"inputs {shapes}; {status}")  # fmt: skip
     stayed = Counter((n.op, reasons[n.name]) for n in compute
                      if n.name not in offloaded and reasons.get(n.name))  # fmt: skip
-    small = Counter(n.op for n in compute if n.name not in offloaded and not reasons.get(n.name))
+    for n in compute:
+        if n.name not in offloaded and not reasons.get(n.name):
+            why = "its cluster failed to compile (above)" if n.name in in_failed else "cluster below min_cluster_size"
+            stayed[(n.op, why)] += 1
     for (op, why), count in sorted(stayed.items()):
         lines.append(f"stayed in TF: {op} x{count}: {why}")
-    for op, count in sorted(small.items()):
-        lines.append(f"stayed in TF: {op} x{count}: in a cluster below min_cluster_size or failed")
     return "\n".join(lines)
