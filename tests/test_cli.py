@@ -32,3 +32,30 @@ def test_demo_runs_and_checks_against_tf():
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert "results match TF" in proc.stdout
     assert "tftvm/TF" in proc.stdout and "MLP layer, tf.function" in proc.stdout
+
+
+def test_optimize_command_rewrites_a_saved_model(tmp_path):
+    import keras
+    import numpy as np
+    import tensorflow as tf
+    import tftvm as _  # noqa: F401  registers TvmCall, as a user's `import tftvm` does
+
+    keras.utils.set_random_seed(0)
+    model = keras.Sequential([keras.Input((6,)), keras.layers.Dense(8, activation="relu"), keras.layers.Dense(3)])
+    model.export(str(tmp_path / "src"), verbose=False)
+    proc = tftvm("optimize", str(tmp_path / "src"), str(tmp_path / "out"))
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert "cluster 1/1" in proc.stdout and "offloaded to TVM: 5 (100.0%)" in proc.stdout
+    x = np.random.default_rng(0).standard_normal((4, 6)).astype(np.float32)
+    out = tf.saved_model.load(str(tmp_path / "out")).signatures["serving_default"]
+    (got,) = out(tf.constant(x)).values()
+    np.testing.assert_allclose(got.numpy(), model(x).numpy(), rtol=1e-5, atol=1e-6)
+
+
+def test_optimize_command_unknown_signature(tmp_path):
+    import keras
+
+    model = keras.Sequential([keras.Input((2,)), keras.layers.Dense(1)])
+    model.export(str(tmp_path / "src"), verbose=False)
+    proc = tftvm("optimize", str(tmp_path / "src"), str(tmp_path / "out"), "--signature", "nope")
+    assert proc.returncode == 2 and "has no signature 'nope'" in proc.stderr

@@ -48,6 +48,37 @@ def _doctor(args) -> int:
     return 0
 
 
+def _optimize(args) -> int:
+    import tensorflow as tf
+
+    from .graph.optimize import optimize
+
+    loaded = tf.saved_model.load(args.src)
+    if args.signature not in loaded.signatures:
+        print(f"{args.src} has no signature '{args.signature}'; it has {sorted(loaded.signatures)}",
+              file=sys.stderr)  # fmt: skip
+        return 2
+    fn = loaded.signatures[args.signature]
+    names = sorted(fn.structured_input_signature[1])
+    specs = [fn.structured_input_signature[1][n] for n in names]
+
+    def call(*inputs):
+        return fn(**dict(zip(names, inputs)))
+
+    def progress(done, total, step):
+        status = "ok" if step.program is not None else f"stays in TF ({step.error})"
+        bar = "#" * (20 * done // total)
+        print(f"[{bar:<20}] cluster {done}/{total}: {len(step.nodes)} nodes, "
+              f"{step.compile_seconds:.1f} s, {status}", flush=True)  # fmt: skip
+
+    fast = optimize(call, specs, min_cluster_size=args.min_cluster_size, progress=progress)
+    signature = fast.__call__.get_concrete_function()
+    tf.saved_model.save(fast, args.out, signatures={args.signature: signature})
+    print(fast.report())
+    print(f"saved {args.out} (inputs in order: {', '.join(names)})")
+    return 0
+
+
 def _build_native(args) -> int:
     from . import native
 
@@ -63,10 +94,16 @@ def main(argv: list[str] | None = None) -> int:
     sub.add_parser("doctor", help="print versions, compiler, cache paths, bridge status")
     build = sub.add_parser("build-native", help="build (or rebuild) the bridge op library")
     build.add_argument("--force", action="store_true", help="rebuild even if cached")
+    opt = sub.add_parser("optimize", help="offload a SavedModel's TVM-convertible subgraphs")
+    opt.add_argument("src", help="SavedModel directory to read")
+    opt.add_argument("out", help="SavedModel directory to write")
+    opt.add_argument("--signature", default="serving_default", help="signature to optimize")
+    opt.add_argument("--min-cluster-size", type=int, default=3)
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO if args.verbose else logging.WARNING,
                         format="%(levelname)s %(name)s: %(message)s")  # fmt: skip
-    handler = {"demo": _demo, "doctor": _doctor, "build-native": _build_native}[args.command]
+    handler = {"demo": _demo, "doctor": _doctor, "build-native": _build_native,
+               "optimize": _optimize}[args.command]  # fmt: skip
     return handler(args)
 
 

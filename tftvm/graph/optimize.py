@@ -37,9 +37,12 @@ class Optimized(tf.Module):
 
 def optimize(fn, input_signature, *, min_cluster_size: int = 3, max_clusters: int | None = None,
              allow: set | None = None, deny: set | None = None, strict: bool = False,
-             target=None) -> Optimized:  # fmt: skip
+             target=None, progress=None) -> Optimized:  # fmt: skip
     """Cluster the supported nodes of `fn`'s graph, compile each cluster with TVM, and
-    return a callable that runs the clusters as tftvm ops and everything else in TF."""
+    return a callable that runs the clusters as tftvm ops and everything else in TF.
+
+    `progress(done, total, step)` is called after each cluster is compiled.
+    """
     frozen = freeze(fn, input_signature)
     nodes = list(frozen.graph_def.node)
     reasons = {}
@@ -62,6 +65,8 @@ def optimize(fn, input_signature, *, min_cluster_size: int = 3, max_clusters: in
         step = rewrite.ClusterStep(index, members, inputs, outputs)
         _compile(step, frozen, target, strict)
         clusters.append(step)
+        if progress is not None:
+            progress(index + 1, len(groups), step)
     run = rewrite.replay(frozen, clusters, _schedule(order, edges, clusters))
     return Optimized(frozen, clusters, reasons, run, input_signature)
 
