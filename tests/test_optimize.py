@@ -113,3 +113,33 @@ def test_mobilenet_v2_small_input(rng):
     first = fast.report().splitlines()[0]
     done, total = int(first.split("offloaded to TVM: ")[1].split()[0]), int(first.split()[2].rstrip(","))
     assert done / total >= 0.9, first
+
+
+def test_validate_reports_errors_per_output(mlp, rng):
+    fast = tftvm.optimize(mlp, [tf.TensorSpec([None, 16])], validate=True)
+    (abs_err, rel_err), = fast.validation
+    assert abs_err < 1e-5 and "validation: output 0: max abs error" in fast.report()
+    x = rng.standard_normal((3, 16)).astype(np.float32)
+    given = tftvm.optimize(mlp, [tf.TensorSpec([None, 16])], validate=[x])
+    assert given.validation[0][0] < 1e-5
+
+
+def test_no_signature_compiles_per_shape_then_symbolic(mlp, rng):
+    fast = tftvm.optimize(mlp, cache_size=8)
+    for n in (2, 2, 5, 9, 5):
+        x = rng.standard_normal((n, 16)).astype(np.float32)
+        np.testing.assert_allclose(fast(x).numpy(), mlp(x).numpy(), rtol=1e-5, atol=1e-6)
+    # (2, 16) compiled once; the second shape compiled a (None, 16) variant serving 5 and 9.
+    assert fast.compiles == 2
+    assert "[[None, 16]]" in fast.report()
+
+
+def test_lru_evicts_the_oldest_variant(rng):
+    fast = tftvm.optimize(lambda x, y: tf.nn.relu(x * 2.0 + 1.0) - y, cache_size=1)
+    a = np.ones(3, np.float32)
+    fast(a, a)                                   # variant for (3,), (3,)
+    fast(np.ones((2, 2), np.float32), np.ones((2, 2), np.float32))  # new pattern evicts it
+    fast(a, a)                                   # recompiled
+    assert fast.compiles == 3
+    with pytest.raises(ValueError, match="cache_size must be >= 1"):
+        tftvm.optimize(lambda x: x, cache_size=0)

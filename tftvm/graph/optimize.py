@@ -27,22 +27,36 @@ class Optimized(tf.Module):
 
         # An instance attribute, so tf.saved_model.save keeps it and the loaded object is callable.
         self.__call__ = tf.function(call, input_signature=list(input_signature), autograph=False)
+        self.validation: list[tuple[float, float]] = []  # (max abs, max rel) error per output
 
     def __call__(self, *args):  # Python looks special methods up on the class
         return self.__dict__["__call__"](*args)
 
     def report(self) -> str:
-        return report.format_report(self._frozen, self._clusters, self._reasons)
+        text = report.format_report(self._frozen, self._clusters, self._reasons)
+        for i, (abs_err, rel_err) in enumerate(self.validation):
+            text += f"\nvalidation: output {i}: max abs error {abs_err:.3g}, max rel error {rel_err:.3g}"
+        return text
 
 
-def optimize(fn, input_signature, *, min_cluster_size: int = 3, max_clusters: int | None = None,
-             allow: set | None = None, deny: set | None = None, strict: bool = False,
-             target=None, progress=None) -> Optimized:  # fmt: skip
+def optimize(fn, input_signature=None, *, cache_size: int = 8, min_cluster_size: int = 3,
+             max_clusters: int | None = None, allow: set | None = None, deny: set | None = None, strict: bool = False,
+             target=None, progress=None, validate=False) -> Optimized:  # fmt: skip
     """Cluster the supported nodes of `fn`'s graph, compile each cluster with TVM, and
     return a callable that runs the clusters as tftvm ops and everything else in TF.
 
     `progress(done, total, step)` is called after each cluster is compiled.
+    `validate=True` (random inputs, unknown dims = 2) or a list of inputs runs the
+    original and the optimized function side by side; the errors go into the report.
+    Without `input_signature`, each new input signature compiles a variant (LRU of
+    `cache_size`); a second shape of the same pattern compiles a symbolic variant.
     """
+    if input_signature is None:
+        from .adaptive import AdaptiveOptimized
+
+        options = dict(min_cluster_size=min_cluster_size, max_clusters=max_clusters, allow=allow,
+                       deny=deny, strict=strict, target=target, progress=progress)  # fmt: skip
+        return AdaptiveOptimized(fn, lambda sig: optimize(fn, sig, **options), cache_size)
     frozen = freeze(fn, input_signature)
     nodes = list(frozen.graph_def.node)
     reasons = {}
@@ -68,7 +82,39 @@ def optimize(fn, input_signature, *, min_cluster_size: int = 3, max_clusters: in
         if progress is not None:
             progress(index + 1, len(groups), step)
     run = rewrite.replay(frozen, clusters, _schedule(order, edges, clusters))
-    return Optimized(frozen, clusters, reasons, run, input_signature)
+    optimized = Optimized(frozen, clusters, reasons, run, input_signature)
+    if validate is not False:
+        inputs = _random_inputs(input_signature) if validate is True else list(validate)
+        optimized.validation = _compare(fn, optimized, inputs)
+    return optimized
+
+
+def _random_inputs(input_signature) -> list:
+    import numpy as np
+
+    rng = np.random.default_rng(0)
+    inputs = []
+    for spec in input_signature:
+        shape = [2 if d is None else d for d in spec.shape.as_list()]
+        if spec.dtype.is_floating:
+            inputs.append(tf.constant(rng.standard_normal(shape), dtype=spec.dtype))
+        else:
+            inputs.append(tf.constant(rng.integers(0, 4, shape), dtype=spec.dtype))
+    return inputs
+
+
+def _compare(fn, optimized, inputs) -> list[tuple[float, float]]:
+    import numpy as np
+
+    want = tf.nest.flatten(fn(*inputs))
+    got = tf.nest.flatten(optimized(*inputs))
+    errors = []
+    for w, g in zip(want, got):
+        w, g = np.asarray(w, dtype=np.float64), np.asarray(g, dtype=np.float64)
+        abs_err = float(np.max(np.abs(w - g))) if w.size else 0.0
+        rel_err = float(np.max(np.abs(w - g) / np.maximum(np.abs(w), 1e-12))) if w.size else 0.0
+        errors.append((abs_err, rel_err))
+    return errors
 
 
 def _compile(step, frozen, target, strict) -> None:

@@ -1,0 +1,62 @@
+"""optimize() without a fixed signature: compile per input signature, like tf.function.
+
+Compiled variants live in an LRU keyed by the inputs' (shape, dtype). Once a
+call pattern (ranks and dtypes) has been seen with two different shapes, the
+dims that changed are compiled once as symbolic dims and that variant serves
+every later shape of the pattern: no recompiling forever.
+"""
+from __future__ import annotations
+
+import collections
+import logging
+
+import tensorflow as tf
+
+log = logging.getLogger(__name__)
+
+
+class AdaptiveOptimized:
+    def __init__(self, fn, build, cache_size: int = 8):
+        if cache_size < 1:
+            raise ValueError(f"cache_size must be >= 1, got {cache_size}")
+        self._fn, self._build, self._size = fn, build, cache_size
+        self._variants: collections.OrderedDict = collections.OrderedDict()  # signature -> Optimized
+        self._seen: dict = {}  # pattern -> first concrete shapes
+        self.compiles = 0
+
+    def _lookup(self, specs):
+        for signature, variant in self._variants.items():
+            if all(s.is_compatible_with(t) and s.dtype == t.dtype for s, t in zip(signature, specs)):
+                self._variants.move_to_end(signature)
+                return variant
+        return None
+
+    def __call__(self, *args):
+        tensors = [tf.convert_to_tensor(a) for a in args]
+        specs = tuple(tf.TensorSpec(t.shape, t.dtype) for t in tensors)
+        variant = self._lookup(specs)
+        if variant is None:
+            variant = self._compile(specs)
+        return variant(*tensors)
+
+    def _compile(self, specs):
+        pattern = tuple((s.shape.rank, s.dtype) for s in specs)
+        first = self._seen.setdefault(pattern, specs)
+        if first is not specs:  # a second shape: generalize the dims that differ
+            specs = tuple(
+                tf.TensorSpec([a if a == b else None for a, b in zip(f.shape.as_list(), s.shape.as_list())], s.dtype)
+                for f, s in zip(first, specs)
+            )  # fmt: skip
+            log.info("retraced with a new shape: compiling symbolic variant %s", specs)
+        variant = self._build(list(specs))
+        self.compiles += 1
+        self._variants[specs] = variant
+        while len(self._variants) > self._size:
+            self._variants.popitem(last=False)
+        return variant
+
+    def report(self) -> str:
+        parts = [f"{len(self._variants)} compiled variants ({self.compiles} compiles)"]
+        for signature, variant in self._variants.items():
+            parts.append(f"--- {[s.shape.as_list() for s in signature]}\n{variant.report()}")
+        return "\n".join(parts)
