@@ -54,6 +54,9 @@ CASES = {
     "Pad": (lambda x: tf.pad(x, [[1, 0], [2, 1]]), [(3, 4)]),
     "ConcatV2": (lambda x, y: tf.concat([x, y], axis=1), [(2, 3), (2, 5)]),
     "Pack": (lambda x, y: tf.stack([x, y], axis=1), [(2, 3), (2, 3)]),
+    "Erfc": (tf.math.erfc, [(5,)]),
+    "StopGradient": (lambda x: tf.stop_gradient(x) * 2.0, [(3,)]),
+    "Einsum": (lambda q, k: tf.einsum("bqhd,bkhd->bhqk", q, k), [(2, 3, 4, 5), (2, 6, 4, 5)]),
 }
 
 

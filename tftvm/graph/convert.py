@@ -100,6 +100,24 @@ def _identity(ctx, node, x):
     return x
 
 
+@converts("StopGradient", "PreventGradient")
+def _stop_gradient(ctx, node, x):
+    return x  # inference graphs: no gradient to stop
+
+
+@converts("Erfc")
+def _erfc(ctx, node, x):
+    return _relax().op.subtract(_relax().const(1, ctx.attr(node, "T")), _relax().op.erf(x))
+
+
+@converts("Einsum")
+def _einsum(ctx, node, *operands):
+    equation = ctx.attr(node, "equation")
+    if "..." in equation:
+        raise Unsupported(f"Einsum with ellipsis: {equation}")
+    return _relax().op.einsum(list(operands), equation)
+
+
 @converts("SquaredDifference")
 def _squared_difference(ctx, node, x, y):
     op = _relax().op

@@ -17,13 +17,37 @@ class FrozenGraph:
 
 
 def freeze(fn, input_signature) -> FrozenGraph:
-    """Trace `fn` (tf.function, tf.Module with __call__, Keras model, or plain callable)."""
+    """Trace `fn` (tf.function, tf.Module with __call__, Keras model, or plain callable),
+    turn variables into constants and fold what is constant (static shapes included)."""
     import tensorflow as tf
     from tensorflow.python.framework import convert_to_constants
 
     function = fn if hasattr(fn, "get_concrete_function") else tf.function(fn)
     concrete = function.get_concrete_function(*input_signature)
     frozen = convert_to_constants.convert_variables_to_constants_v2(concrete)
-    graph = frozen.graph
-    return FrozenGraph(graph, graph.as_graph_def(), list(frozen.inputs), list(frozen.outputs),
-                       concrete.structured_outputs)  # fmt: skip
+    inputs = [t.name for t in frozen.inputs]
+    outputs = [t.name for t in frozen.outputs]
+    graph_def = _fold_constants(frozen.graph, outputs)
+    graph = tf.Graph()
+    with graph.as_default():
+        tf.graph_util.import_graph_def(graph_def, name="")
+    return FrozenGraph(graph, graph_def, [graph.get_tensor_by_name(t) for t in inputs],
+                       [graph.get_tensor_by_name(t) for t in outputs], concrete.structured_outputs)  # fmt: skip
+
+
+def _fold_constants(graph, outputs):
+    """Grappler's constant folding only (as TF-TRT runs it): e.g. Shape of a static tensor
+    becomes a Const, so the Reshape fed by it can be converted."""
+    import tensorflow as tf
+    from tensorflow.core.protobuf import config_pb2, meta_graph_pb2
+    from tensorflow.python.grappler import tf_optimizer
+
+    meta = tf.compat.v1.train.export_meta_graph(graph_def=graph.as_graph_def(), graph=graph)
+    fetch = meta_graph_pb2.CollectionDef()
+    fetch.node_list.value.extend(outputs)
+    meta.collection_def["train_op"].CopyFrom(fetch)  # what grappler must keep
+    config = config_pb2.ConfigProto()
+    rewrite = config.graph_options.rewrite_options
+    rewrite.optimizers.extend(["constfold"])
+    rewrite.meta_optimizer_iterations = 1
+    return tf_optimizer.OptimizeGraph(config, meta)
