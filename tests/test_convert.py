@@ -56,6 +56,8 @@ CASES = {
     "Pack": (lambda x, y: tf.stack([x, y], axis=1), [(2, 3), (2, 3)]),
     "Erfc": (tf.math.erfc, [(5,)]),
     "StopGradient": (lambda x: tf.stop_gradient(x) * 2.0, [(3,)]),
+    "GatherV2": (lambda x: tf.gather(x, [2, 0, 2], axis=1), [(3, 4)]),
+    "StridedSlice": (lambda x: x[1:, ::2] + x[:1, 1:3], [(3, 4)]),
     "Einsum": (lambda q, k: tf.einsum("bqhd,bkhd->bhqk", q, k), [(2, 3, 4, 5), (2, 6, 4, 5)]),
 }
 
@@ -78,6 +80,28 @@ def test_converter_matches_tf(op_type, rng):
     args = [tf.constant(rng.standard_normal(s).astype(F)) for s in shapes]
     got, want = program(*args), fn(*args)
     np.testing.assert_allclose(got.numpy(), want.numpy(), rtol=2e-5, atol=2e-5)
+
+
+@pytest.mark.parametrize("fn, ops", [
+    (lambda x: tf.reshape(x, tf.stack([tf.reduce_prod(tf.shape(x))])), {"Shape", "Prod", "Pack"}),
+    (lambda x: tf.reshape(x, tf.concat([tf.shape(x)[1:], tf.shape(x)[:1]], 0)),
+     {"Shape", "StridedSlice", "ConcatV2"}),
+    (lambda x: tf.reshape(x, tf.gather(tf.shape(x), [0, 2, 1])), {"Shape", "GatherV2"}),
+], ids=["prod_pack", "slice_concat", "gather"])  # fmt: skip
+def test_shape_arithmetic_on_a_symbolic_dim_feeds_reshape(fn, ops, rng):
+    # With a None dim TF cannot fold tf.shape, so the Shape chain reaches the converters.
+    nodes, inputs, outputs, op_types = graph_of(fn, [(None, 3, 4)])
+    assert ops | {"Reshape"} <= op_types
+    program = RelaxProgram(to_relax(nodes, inputs, outputs), name="shape_chain")
+    for n in (2, 5):
+        x = tf.constant(rng.standard_normal((n, 3, 4)).astype(F))
+        np.testing.assert_array_equal(program(x).numpy(), fn(x).numpy())
+
+
+def test_shape_value_as_cluster_output_is_unsupported():
+    nodes, inputs, outputs, _ = graph_of(lambda x: tf.shape(x), [(None, 3)])
+    with pytest.raises(Unsupported, match="cluster output is a shape value"):
+        to_relax(nodes, inputs, outputs)
 
 
 def test_table_covers_every_case():

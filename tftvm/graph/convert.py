@@ -16,6 +16,18 @@ class Unsupported(Exception):
     """This node cannot be converted; the message says why."""
 
 
+class ShapeValue(list):
+    """An int tensor that holds (part of) a shape, kept as symbolic dims, never materialized.
+
+    Shape -> Gather/StridedSlice -> Pack/Concat -> Reshape chains (what Keras emits for a
+    symbolic batch) become a Reshape to symbolic dims. `scalar` marks a rank-0 value.
+    """
+
+    def __init__(self, dims, scalar: bool = False):
+        super().__init__(dims)
+        self.scalar = scalar
+
+
 CONVERTERS: dict[str, Callable] = {}
 
 
@@ -206,13 +218,89 @@ def _reduction(fn_name):
     return convert
 
 
-for _tf, _rx in {"Sum": "sum", "Mean": "mean", "Max": "max", "Min": "min", "Prod": "prod"}.items():
+for _tf, _rx in {"Sum": "sum", "Mean": "mean", "Max": "max", "Min": "min"}.items():
     CONVERTERS[_tf] = _reduction(_rx)
 
 
 @converts("Reshape")
 def _reshape(ctx, node, x, shape):
-    return _relax().op.reshape(x, [int(d) for d in ctx.constant(node, 1)])
+    dims = shape if isinstance(shape, ShapeValue) else [int(d) for d in ctx.constant(node, 1)]
+    if any(isinstance(d, int) and d == -1 for d in dims):
+        known = 1
+        for d in dims:
+            if not (isinstance(d, int) and d == -1):
+                known = known * d
+        total = 1
+        for d in x.ty.shape:
+            total = total * d
+        dims = [total // known if isinstance(d, int) and d == -1 else d for d in dims]
+    return _relax().op.reshape(x, list(dims))
+
+
+def _shape_operand(ctx, node, index, value) -> ShapeValue:
+    """A shape-valued input: a ShapeValue already, or a constant int tensor."""
+    if isinstance(value, ShapeValue):
+        return value
+    c = np.asarray(ctx.constant(node, index))
+    return ShapeValue([int(v) for v in c.reshape(-1)], scalar=c.ndim == 0)
+
+
+@converts("Shape")
+def _shape(ctx, node, x):
+    return ShapeValue(list(x.ty.shape))
+
+
+@converts("GatherV2")
+def _gather(ctx, node, params, indices, axis):
+    axis = int(ctx.constant(node, 2))
+    if ctx.attr(node, "batch_dims", 0):
+        raise Unsupported("GatherV2 with batch_dims")
+    if isinstance(params, ShapeValue):
+        idx = np.asarray(ctx.constant(node, 1))
+        picked = [params[int(i)] for i in idx.reshape(-1)]
+        return ShapeValue(picked, scalar=idx.ndim == 0)
+    return _relax().op.take(params, indices, axis=axis)
+
+
+@converts("StridedSlice")
+def _strided_slice(ctx, node, x, begin, end, strides):
+    begin, end, strides = (np.asarray(ctx.constant(node, i)).reshape(-1) for i in (1, 2, 3))
+    masks = {m: int(ctx.attr(node, m, 0)) for m in
+             ("begin_mask", "end_mask", "shrink_axis_mask", "ellipsis_mask", "new_axis_mask")}  # fmt: skip
+    if masks["ellipsis_mask"] or masks["new_axis_mask"]:
+        raise Unsupported("StridedSlice with ellipsis or new axis")
+    if isinstance(x, ShapeValue):
+        if len(begin) != 1:
+            raise Unsupported("StridedSlice of a shape with more than one axis")
+        if masks["shrink_axis_mask"] & 1:
+            return ShapeValue([x[int(begin[0])]], scalar=True)
+        b = None if masks["begin_mask"] & 1 else int(begin[0])
+        e = None if masks["end_mask"] & 1 else int(end[0])
+        return ShapeValue(x[b:e:int(strides[0])])
+    rank = len(x.ty.shape)
+    axes, b_out, e_out, s_out, squeeze = [], [], [], [], []
+    for a in range(len(begin)):
+        dim = x.ty.shape[a]
+        b = 0 if masks["begin_mask"] >> a & 1 else int(begin[a])
+        if masks["shrink_axis_mask"] >> a & 1:
+            e, squeeze = b + 1 if b != -1 else dim, squeeze + [a]
+        else:
+            e = dim if masks["end_mask"] >> a & 1 else int(end[a])
+        axes.append(a), b_out.append(b), e_out.append(e), s_out.append(int(strides[a]))
+    out = _relax().op.strided_slice(x, axes, b_out, e_out, s_out)
+    if rank and squeeze:
+        out = _relax().op.squeeze(out, axis=squeeze)
+    return out
+
+
+@converts("Prod")
+def _prod(ctx, node, x, axes):
+    if isinstance(x, ShapeValue):
+        total = 1
+        for d in x:
+            total = total * d
+        return ShapeValue([total], scalar=not ctx.attr(node, "keep_dims", False))
+    return _reduction("prod")(ctx, node, x, axes)
 
 
 @converts("Transpose")
@@ -267,8 +355,12 @@ def to_relax(nodes, inputs, outputs, constants=None):
                 if convert is None:
                     raise Unsupported(f"no converter for TF op {node.op}")
                 args = [env[_tensor_name(i)] for i in node.input if not i.startswith("^")]
-                env[node.name + ":0"] = bb.emit(convert(ctx, node, *args))
+                value = convert(ctx, node, *args)
+                # Shape values stay Python-side; they only ever feed Reshape and friends.
+                env[node.name + ":0"] = value if isinstance(value, ShapeValue) else bb.emit(value)
             result = [env[_tensor_name(o)] for o in outputs]
+            if any(isinstance(r, ShapeValue) for r in result):
+                raise Unsupported("a cluster output is a shape value")
             out = bb.emit_output(result[0] if len(result) == 1 else relax.Tuple(result))
         bb.emit_func_output(out)
     return bb.get()
@@ -370,9 +462,19 @@ def _pad(ctx, node, x, paddings, *value):
 @converts("ConcatV2")
 def _concat(ctx, node, *args):
     axis = int(ctx.constant(node, len(args) - 1))
+    if any(isinstance(a, ShapeValue) for a in args[:-1]):
+        dims = []
+        for i, a in enumerate(args[:-1]):
+            dims += _shape_operand(ctx, node, i, a)
+        return ShapeValue(dims)
     return _relax().op.concat(list(args[:-1]), axis=axis)
 
 
 @converts("Pack")
 def _pack(ctx, node, *args):
+    if any(isinstance(a, ShapeValue) for a in args):
+        dims = []
+        for i, a in enumerate(args):
+            dims += _shape_operand(ctx, node, i, a)
+        return ShapeValue(dims)
     return _relax().op.stack(list(args), axis=int(ctx.attr(node, "axis", 0)))
