@@ -1,6 +1,17 @@
 """tf.distribute: a training step with a tftvm op under MirroredStrategy on two CPUs."""
 from conftest import run_python
 
+# A TE mat-vec with its backward, defined the same way in every worker script.
+MATVEC = """
+n, k = te.var("n"), 4
+x = te.placeholder((n, k), "float32", name="x")
+w = te.placeholder((k,), "float32", name="w")
+r = te.reduce_axis((0, k), "r")
+y = te.compute((n,), lambda i: te.sum(x[i, r] * w[r], axis=r), name="y")
+grad = lambda x, w, y, dy: (dy[:, None] * w[None, :], tf.reduce_sum(dy[:, None] * x, axis=0))
+matvec = tftvm.op([x, w], [y], name="matvec", grad=grad)
+"""
+
 MIRRORED = """
 import numpy as np, tensorflow as tf
 cpu = tf.config.list_physical_devices("CPU")[0]
@@ -8,13 +19,7 @@ tf.config.set_logical_device_configuration(cpu, [tf.config.LogicalDeviceConfigur
 import tftvm
 from tvm import te
 
-n, k = te.var("n"), 4
-x = te.placeholder((n, k), "float32", name="x")
-w = te.placeholder((k,), "float32", name="w")
-r = te.reduce_axis((0, k), "r")
-y = te.compute((n,), lambda i: te.sum(x[i, r] * w[r], axis=r), name="y")
-dx = lambda x, w, y, dy: (dy[:, None] * w[None, :], tf.reduce_sum(dy[:, None] * x, axis=0))
-matvec = tftvm.op([x, w], [y], name="matvec", grad=dx)
+""" + MATVEC + """
 
 data = np.arange(32, dtype=np.float32).reshape(8, 4) / 10.0
 target = np.ones(8, np.float32)
@@ -66,13 +71,7 @@ import tftvm
 from tvm import te
 
 strategy = tf.distribute.MultiWorkerMirroredStrategy()
-n, k = te.var("n"), 4
-x = te.placeholder((n, k), "float32", name="x")
-w = te.placeholder((k,), "float32", name="w")
-r = te.reduce_axis((0, k), "r")
-y = te.compute((n,), lambda i: te.sum(x[i, r] * w[r], axis=r), name="y")
-grad = lambda x, w, y, dy: (dy[:, None] * w[None, :], tf.reduce_sum(dy[:, None] * x, axis=0))
-matvec = tftvm.op([x, w], [y], name="matvec", grad=grad)
+""" + MATVEC + """
 
 task = json.loads(os.environ["TF_CONFIG"])["task"]["index"]
 rng = np.random.default_rng(task)            # each worker has its own shard

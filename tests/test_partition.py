@@ -71,3 +71,12 @@ def test_property_random_dags_stay_acyclic(dag):
     assert len(members) == len(set(members))  # disjoint
     assert set(members) == supported  # min size 1: every supported node is somewhere
     assert contracted_is_acyclic(nodes, edges, clusters)
+
+
+def test_topological_order_of_a_deep_chain_needs_no_recursion():
+    from tftvm.graph.optimize import _postorder
+
+    depth = 20000  # far beyond Python's recursion limit
+    parents = {i: [i - 1] if i else [] for i in range(depth)}
+    order = _postorder([depth - 1], lambda n: parents[n])
+    assert order == list(range(depth))

@@ -142,18 +142,7 @@ def _topology(nodes):
             preds[n.name].add(src)
             if not t.startswith("^"):
                 consumers[t if ":" in t else t + ":0"].append(n.name)
-    order, seen = [], set()
-
-    def visit(name):
-        if name in seen:
-            return
-        seen.add(name)
-        for p in sorted(preds[name]):
-            visit(p)
-        order.append(name)
-
-    for name in names:
-        visit(name)
+    order = _postorder(names, lambda name: sorted(preds[name]))
     return order, edges, consumers
 
 
@@ -165,16 +154,25 @@ def _schedule(order, edges, clusters):
         sa, sb = owner.get(a, a), owner.get(b, b)
         if sa is not sb:
             preds[sb].add(sa)
-    steps, seen = [], set()
+    return _postorder([owner.get(name, name) for name in order], lambda step: preds[step])
 
-    def visit(step):
-        if step in seen:
-            return
-        seen.add(step)
-        for p in preds[step]:
-            visit(p)
-        steps.append(step)
 
-    for name in order:
-        visit(owner.get(name, name))
-    return steps
+def _postorder(roots, parents) -> list:
+    """Every node reachable from `roots` after all its parents (iterative: graphs are deep)."""
+    order, seen = [], set()
+    for root in roots:
+        if root in seen:
+            continue
+        seen.add(root)
+        stack = [(root, iter(parents(root)))]
+        while stack:
+            node, pending = stack[-1]
+            for p in pending:
+                if p not in seen:
+                    seen.add(p)
+                    stack.append((p, iter(parents(p))))
+                    break
+            else:
+                stack.pop()
+                order.append(node)
+    return order
