@@ -43,8 +43,7 @@ def add_bias():
     return make_add_bias()
 
 
-@pytest.fixture(scope="session")
-def matmul():
+def make_matmul(name: str = "matmul", grad=None):
     """A (n, k) x B (k, m): the symbolic k is shared by two inputs."""
     import tftvm
     from tvm import te
@@ -54,7 +53,12 @@ def matmul():
     B = te.placeholder((k, m), "float32", name="B")
     r = te.reduce_axis((0, k), "r")
     C = te.compute((n, m), lambda i, j: te.sum(A[i, r] * B[r, j], axis=r), name="C")
-    return tftvm.op([A, B], [C], name="matmul")
+    return tftvm.op([A, B], [C], name=name, grad=grad)
+
+
+@pytest.fixture(scope="session")
+def matmul():
+    return make_matmul()
 
 
 ROOT = Path(__file__).resolve().parent.parent

@@ -6,11 +6,9 @@ import keras
 import numpy as np
 import pytest
 import tensorflow as tf
-import tftvm
 from tftvm import native
-from tvm import te
 
-from conftest import run_python
+from conftest import make_matmul, run_python
 
 
 @pytest.fixture(scope="module")
@@ -21,12 +19,7 @@ def matmul_with_grad():
 @functools.lru_cache(maxsize=None)
 def trainable_matmul():
     """A TE matmul whose backward TVM derives itself (grad="auto")."""
-    n, k, m = te.var("n"), te.var("k"), te.var("m")
-    A = te.placeholder((n, k), "float32", name="A")
-    B = te.placeholder((k, m), "float32", name="B")
-    r = te.reduce_axis((0, k), "r")
-    C = te.compute((n, m), lambda i, j: te.sum(A[i, r] * B[r, j], axis=r), name="C")
-    return tftvm.op([A, B], [C], name="matmul_trainable", grad="auto")
+    return make_matmul(name="matmul_trainable", grad="auto")
 
 
 class Dense(keras.layers.Layer):
