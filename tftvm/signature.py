@@ -20,7 +20,7 @@ SUPPORTED_DTYPES = (
 
 _BINARY_OPS = {"Add": "+", "Sub": "-", "Mul": "*", "FloorDiv": "/", "FloorMod": "%",
                "Min": "min", "Max": "max"}  # fmt: skip
-_RESERVED = set(";|,# ")
+_RESERVED = set(";|,#= ")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -28,6 +28,16 @@ class TensorSig:
     name: str
     dtype: str
     dims: tuple[str, ...]  # reverse-Polish dim expressions
+    # A scalar PrimFunc parameter: a rank-0 TF tensor whose value TVM gets as a number.
+    # `binds` is the index of the shape variable that value sets (-1: none).
+    scalar: bool = False
+    binds: int = -1
+
+    @property
+    def spec(self) -> str:
+        if self.scalar:
+            return f"{self.name}={'' if self.binds < 0 else f'v{self.binds}'}|"
+        return f"{self.name}|{','.join(self.dims)}"
 
     @property
     def tf_dtype(self) -> tf.DType:
@@ -47,6 +57,10 @@ class Signature:
                     f"buffer '{t.name}' has dtype {t.dtype}; tftvm supports {', '.join(SUPPORTED_DTYPES)}"
                 )
         bound = {d for t in self.inputs for d in t.dims if _lone_var(d) is not None}
+        bound |= {f"v{t.binds}" for t in self.inputs if t.binds >= 0}
+        for t in self.outputs:
+            if t.scalar:
+                raise ValueError(f"output '{t.name}' is a scalar; outputs must be buffers")
         for t in self.inputs + self.outputs:
             for d in t.dims:
                 for token in d.split():
@@ -54,11 +68,12 @@ class Signature:
                         raise ValueError(
                             f"buffer '{t.name}' has a dim that uses "
                             f"'{self.var_names[int(token[1:])]}', which no input dim "
-                            "determines on its own; give it as a plain dim of some input"
+                            "determines on its own; give it as a plain dim of some input "
+                            "or as a scalar parameter"
                         )
 
     def _spec(self, tensors: Sequence[TensorSig], header: bool) -> str:
-        body = ";".join(f"{t.name}|{','.join(t.dims)}" for t in tensors)
+        body = ";".join(t.spec for t in tensors)
         return (" ".join(self.var_names) + "#" + body) if header else body
 
     @property
@@ -70,6 +85,8 @@ class Signature:
         return self._spec(self.outputs, header=False)
 
     def format_shape(self, t: TensorSig) -> str:
+        if t.scalar:
+            return " (scalar)"
         return "[" + ", ".join(_format_dim(d, self.var_names) for d in t.dims) + "]"
 
     def describe(self, func_name: str) -> str:
@@ -83,11 +100,12 @@ class Signature:
     @classmethod
     def from_json(cls, text: str) -> "Signature":
         d = json.loads(text)
-        return cls(
-            inputs=tuple(TensorSig(t["name"], t["dtype"], tuple(t["dims"])) for t in d["inputs"]),
-            outputs=tuple(TensorSig(t["name"], t["dtype"], tuple(t["dims"])) for t in d["outputs"]),
-            var_names=tuple(d["var_names"]),
-        )
+
+        def sig(t):
+            return TensorSig(t["name"], t["dtype"], tuple(t["dims"]), bool(t.get("scalar", False)),
+                             int(t.get("binds", -1)))  # fmt: skip
+
+        return cls(tuple(map(sig, d["inputs"])), tuple(map(sig, d["outputs"])), tuple(d["var_names"]))
 
     @classmethod
     def from_prim_func(cls, func, num_outputs: int = 1) -> "Signature":
@@ -146,9 +164,10 @@ def _tensor_sig(param, variables: list) -> TensorSig:
 
     ty = param.ty
     if not isinstance(ty, tirx.BufferType):
-        raise TypeError(
-            f"PrimFunc parameter '{param.name}' is a scalar; tftvm ops take buffer parameters only"
-        )
+        if not str(getattr(ty, "dtype", "")):
+            raise TypeError(f"PrimFunc parameter '{param.name}' has type {ty}; tftvm takes buffers and scalars")
+        binds = _dim(param, variables, param.name) if str(ty.dtype).startswith(("int", "uint")) else ""
+        return TensorSig(_check_name(param.name), str(ty.dtype), (), True, int(binds[1:]) if binds else -1)
     if len(ty.strides) or not _is_zero(ty.elem_offset):
         raise ValueError(
             f"buffer '{param.name}' has strides or an element offset; tftvm passes dense, "

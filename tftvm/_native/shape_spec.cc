@@ -66,6 +66,21 @@ bool ParseSpec(const std::string& text, std::vector<TensorSpec>* out,
     TensorSpec spec;
     spec.name = tensor.substr(0, bar);
     std::string dims = tensor.substr(bar + 1);
+    size_t eq = spec.name.find('=');
+    if (eq != std::string::npos) {
+      std::string var = spec.name.substr(eq + 1);
+      spec.name.resize(eq);
+      spec.scalar = true;
+      Token tok;
+      if (!dims.empty() || (!var.empty() && (!ParseToken(var, &tok) || tok.kind != Token::kVar))) {
+        *error = "bad scalar spec '" + tensor + "'";
+        return false;
+      }
+      if (!var.empty()) {
+        spec.binds = static_cast<int>(tok.value);
+        if (spec.binds + 1 > num_vars) num_vars = spec.binds + 1;
+      }
+    }
     if (!dims.empty()) {
       for (const std::string& dim : Split(dims, ',')) {
         DimExpr expr;

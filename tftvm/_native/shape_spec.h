@@ -5,6 +5,7 @@
 //   ';', each is "name|dim,dim,...", and each dim is a
 //   space-separated reverse-Polish expression over constants ("c64"), variables
 //   ("v0") and the operators + - * / (floordiv) % (floormod) min max.
+//   A scalar parameter is "name=|", or "name=v3|" when its value sets variable 3.
 // An input dim that is a lone variable binds it; any other input dim is checked
 // once every variable is bound. Output dims are evaluated from the bindings.
 #pragma once
@@ -28,6 +29,8 @@ using DimExpr = std::vector<Token>;  // reverse Polish
 struct TensorSpec {
   std::string name;
   std::vector<DimExpr> dims;
+  bool scalar = false;  // a rank-0 tensor passed to TVM by value
+  int binds = -1;       // the variable a scalar's value sets, or -1
 };
 
 // Variable values; std::nullopt where not known (yet).

@@ -82,6 +82,44 @@ std::string BindingsToString(const Bindings& vars, const std::vector<std::string
   return s.empty() ? s : s + ")";
 }
 
+// The value of a rank-0 integer tensor; nullopt for other tensors.
+std::optional<int64_t> ScalarAsInt(const Tensor& t) {
+  if (t.dims() != 0) return std::nullopt;
+  switch (t.dtype()) {
+    case tensorflow::DT_INT8: return t.scalar<int8_t>()();
+    case tensorflow::DT_INT16: return t.scalar<int16_t>()();
+    case tensorflow::DT_INT32: return t.scalar<int32_t>()();
+    case tensorflow::DT_INT64: return t.scalar<int64_t>()();
+    case tensorflow::DT_UINT8: return t.scalar<uint8_t>()();
+    case tensorflow::DT_UINT16: return t.scalar<uint16_t>()();
+    case tensorflow::DT_UINT32: return t.scalar<uint32_t>()();
+    case tensorflow::DT_UINT64: return static_cast<int64_t>(t.scalar<uint64_t>()());
+    default: return std::nullopt;
+  }
+}
+
+// A scalar input as TVM takes it: integers as int64, floats as double, bool as bool.
+tvm::ffi::AnyView ScalarArg(const Tensor& t) {
+  switch (t.dtype()) {
+    case tensorflow::DT_HALF: return static_cast<double>(static_cast<float>(t.scalar<Eigen::half>()()));
+    case tensorflow::DT_BFLOAT16:
+      return static_cast<double>(static_cast<float>(t.scalar<Eigen::bfloat16>()()));
+    case tensorflow::DT_FLOAT: return static_cast<double>(t.scalar<float>()());
+    case tensorflow::DT_DOUBLE: return t.scalar<double>()();
+    case tensorflow::DT_BOOL: return t.scalar<bool>()();
+    default: return *ScalarAsInt(t);
+  }
+}
+
+absl::Status RankError(const std::string& op_name, int i, const TensorSpec& t,
+                       const std::vector<std::string>& var_names, const std::string& got) {
+  std::string want = t.scalar ? std::string("be a scalar (rank 0)")
+                              : "have rank " + std::to_string(t.dims.size()) + ", shape " +
+                                    ShapeToString(t, var_names);
+  return errors::InvalidArgument("tftvm op '", op_name, "': argument '", t.name, "' (input ", i,
+                                 ") must ", want, "; got shape ", got);
+}
+
 absl::Status TvmCallShape(InferenceContext* c) {
   std::string op_name, in_spec, out_spec;
   TF_RETURN_IF_ERROR(c->GetAttr("op_name", &op_name));
@@ -98,12 +136,16 @@ absl::Status TvmCallShape(InferenceContext* c) {
   Bindings vars(specs.var_names.size());
   for (int i = 0; i < c->num_inputs(); ++i) {
     const TensorSpec& t = specs.inputs[i];
+    if (t.binds < 0) continue;
+    const Tensor* value = c->input_tensor(i);  // known when TF can fold it to a constant
+    std::optional<int64_t> v = value ? ScalarAsInt(*value) : std::nullopt;
+    if (v) vars[t.binds] = *v;
+  }
+  for (int i = 0; i < c->num_inputs(); ++i) {
+    const TensorSpec& t = specs.inputs[i];
     ShapeHandle s = c->input(i);
     if (c->RankKnown(s) && c->Rank(s) != static_cast<int>(t.dims.size())) {
-      return errors::InvalidArgument("tftvm op '", op_name, "': argument '", t.name, "' (input ",
-                                     i, ") must have rank ", t.dims.size(), ", shape ",
-                                     ShapeToString(t, specs.var_names), "; got shape ",
-                                     c->DebugString(s));
+      return RankError(op_name, i, t, specs.var_names, c->DebugString(s));
     }
     if (!c->RankKnown(s)) continue;
     for (size_t d = 0; d < t.dims.size(); ++d) {
@@ -212,6 +254,7 @@ class TvmCallOp : public OpKernel {
     aligned_copies.reserve(n_in + n_out);           // keeps pointers into it stable
     for (int i = 0; i < n_in; ++i) {
       const Tensor& t = ctx->input(i);
+      if (specs_.inputs[i].scalar) continue;  // passed by value below
       const char* data = t.tensor_data().data();
       if (t.NumElements() > 0 && reinterpret_cast<uintptr_t>(data) % kAlignment != 0) {
         aligned_copies.emplace_back();
@@ -253,7 +296,10 @@ class TvmCallOp : public OpKernel {
 
     ConfigureTvmThreads(ctx->device()->tensorflow_cpu_worker_threads()->num_threads);
     absl::InlinedVector<tvm::ffi::AnyView, 8> args;
-    for (DLTensor& t : dl) args.emplace_back(&t);
+    for (int i = 0; i < n_in + n_out; ++i) {
+      bool scalar = i < n_in && specs_.inputs[i].scalar;
+      args.push_back(scalar ? ScalarArg(ctx->input(i)) : tvm::ffi::AnyView(&dl[i]));
+    }
     tvm::ffi::Any result;
     try {
       func_->CallPacked(args.data(), static_cast<int32_t>(args.size()), &result);
@@ -277,14 +323,15 @@ class TvmCallOp : public OpKernel {
 
  private:
   absl::Status CheckInputs(OpKernelContext* ctx, Bindings* vars) const {
+    for (int i = 0; i < ctx->num_inputs(); ++i) {  // a scalar's value is what its variable is
+      const TensorSpec& t = specs_.inputs[i];
+      if (t.binds >= 0 && ctx->input(i).dims() == 0) (*vars)[t.binds] = ScalarAsInt(ctx->input(i));
+    }
     for (int i = 0; i < ctx->num_inputs(); ++i) {
       const TensorSpec& t = specs_.inputs[i];
       const Tensor& x = ctx->input(i);
       if (x.dims() != static_cast<int>(t.dims.size())) {
-        return errors::InvalidArgument("tftvm op '", op_name_, "': argument '", t.name,
-                                       "' (input ", i, ") must have rank ", t.dims.size(),
-                                       ", shape ", ShapeToString(t, specs_.var_names),
-                                       "; got shape ", x.shape().DebugString());
+        return RankError(op_name_, i, t, specs_.var_names, x.shape().DebugString());
       }
       for (size_t d = 0; d < t.dims.size(); ++d) {
         int v = LoneVar(t.dims[d]);

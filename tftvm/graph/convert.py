@@ -234,7 +234,16 @@ def _reshape(ctx, node, x, shape):
         for d in x.ty.shape:
             total = total * d
         dims = [total // known if isinstance(d, int) and d == -1 else d for d in dims]
-    return _relax().op.reshape(x, list(dims))
+    return _relax().op.reshape(x, [_simplify(d) for d in dims])
+
+
+def _simplify(dim):
+    """(n * 320) // 320 -> n: simple dims keep kernels free of scalar shape parameters."""
+    if isinstance(dim, int):
+        return dim
+    from tvm.sym.analyzer import Analyzer
+
+    return Analyzer().simplify(dim)
 
 
 def _shape_operand(ctx, node, index, value) -> ShapeValue:

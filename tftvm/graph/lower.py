@@ -24,6 +24,7 @@ def fuse(mod):
         relax.transform.FoldConstant(),
         relax.transform.FuseOps(),
         relax.transform.FuseTIR(),
+        relax.transform.RewriteDataflowReshape(),  # reshapes become TF reshapes, not copies
         relax.transform.DeadCodeElimination(),
     ]
     return tvm.transform.Sequential(passes)(mod)
@@ -57,6 +58,8 @@ class RelaxProgram:
                                 target=target, schedule=schedule)  # fmt: skip
                     self.kernels.append(kernel)
                     self._steps.append((binding.var, kernel, list(args.fields)))
+                elif isinstance(value, relax.Call) and getattr(value.op, "name", "") == "relax.reshape":
+                    self._steps.append((binding.var, _reshape, list(value.args)))
                 elif isinstance(value, (relax.Tuple, relax.TupleGetItem, relax.Var)):
                     self._steps.append((binding.var, None, value))
                 else:
@@ -66,17 +69,23 @@ class RelaxProgram:
         self._tf = tf
 
     def _resolve(self, expr, env):
-        from tvm import relax
+        import tvm
+        from tvm import relax, tirx
 
         if isinstance(expr, relax.Tuple):
             return tuple(self._resolve(f, env) for f in expr.fields)
         if isinstance(expr, relax.TupleGetItem):
             return self._resolve(expr.tuple_value, env)[expr.index]
+        if tvm.ir.is_prim_expr(expr):  # a symbolic dim a kernel takes as a scalar
+            return _eval_dim(expr, env[: len(self.params)])
         if isinstance(expr, relax.Var):
             for var, value in env:
                 if var.same_as(expr):
                     return value
             raise KeyError(f"{self.name}: unbound Relax variable {expr.name}")
+        if isinstance(expr, relax.ShapeExpr):
+            return [int(d.value) if isinstance(d, tirx.IntImm) else _eval_dim(d, env[: len(self.params)])
+                    for d in expr.values]  # fmt: skip
         if hasattr(expr, "value"):  # a constant folded into the program
             key = id(expr)
             if key not in self._constants:  # NumPy, not a tensor: a tensor would belong to one trace
@@ -94,3 +103,36 @@ class RelaxProgram:
             else:
                 env.append((var, kernel(*[self._resolve(a, env) for a in args])))
         return self._resolve(self._result, env)
+
+
+def _reshape(x, shape):
+    import tensorflow as tf
+
+    if any(isinstance(d, tf.Tensor) for d in shape):
+        shape = tf.stack([d if isinstance(d, tf.Tensor) else tf.constant(d, tf.int64) for d in shape])
+    return tf.reshape(x, shape)
+
+
+_TF_BINARY = {"Add": "add", "Sub": "subtract", "Mul": "multiply", "FloorDiv": "floordiv",
+              "FloorMod": "floormod", "Min": "minimum", "Max": "maximum"}  # fmt: skip
+
+
+def _eval_dim(expr, params):
+    """An int64 TF scalar for a PrimExpr over the symbolic dims of the program's inputs."""
+    import tensorflow as tf
+    from tvm import tirx
+
+    if isinstance(expr, tirx.IntImm):
+        return tf.constant(int(expr.value), tf.int64)
+    if isinstance(expr, tirx.Var):
+        for var, value in params:
+            for axis, dim in enumerate(var.ty.shape):
+                if dim.same_as(expr):
+                    return tf.shape(value, out_type=tf.int64)[axis]
+        raise KeyError(f"symbolic dim {expr} is no input dim")
+    if isinstance(expr, tirx.Cast):
+        return _eval_dim(expr.value, params)
+    fn = _TF_BINARY.get(type(expr).__name__)
+    if fn is None:
+        raise NotImplementedError(f"cannot compute the dim {expr} in TF")
+    return getattr(tf.math, fn)(_eval_dim(expr.a, params), _eval_dim(expr.b, params))
