@@ -159,3 +159,18 @@ def test_transformer_encoder_block_symbolic_batch(rng):
         np.testing.assert_allclose(fast(x).numpy(), model(x).numpy(), rtol=1e-4, atol=1e-5)
     first = fast.report().splitlines()[0]
     assert "(100.0%)" in first, first
+
+
+def test_control_dependencies_survive_the_rewrite():
+    def fn(x):
+        y = tf.nn.relu(x * 2.0 + 1.0) - 0.5
+        with tf.control_dependencies([tf.debugging.assert_less(tf.reduce_max(x), 10.0)]):
+            z = tf.identity(y)
+        return tf.cumsum(z) + 1.0
+
+    fast = tftvm.optimize(fn, [tf.TensorSpec([None])])
+    assert "cluster 0: 4 ops" in fast.report()
+    x = np.arange(4, dtype=np.float32)
+    np.testing.assert_allclose(fast(x).numpy(), fn(x).numpy(), rtol=1e-6)
+    with pytest.raises(tf.errors.InvalidArgumentError, match="assert_less"):
+        fast(x + 20.0)

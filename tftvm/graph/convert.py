@@ -101,6 +101,15 @@ for _tf, _rx in {"Add": "add", "AddV2": "add", "Sub": "subtract", "Mul": "multip
                  "RealDiv": "divide", "Maximum": "maximum", "Minimum": "minimum",
                  "Pow": "power"}.items():  # fmt: skip
     CONVERTERS[_tf] = _binary(_rx)
+for _tf, _rx in {"Greater": "greater", "GreaterEqual": "greater_equal", "Less": "less",
+                 "LessEqual": "less_equal", "Equal": "equal", "NotEqual": "not_equal",
+                 "LogicalAnd": "logical_and", "LogicalOr": "logical_or",
+                 "FloorDiv": "floor_divide", "FloorMod": "floor_mod"}.items():  # fmt: skip
+    CONVERTERS[_tf] = _binary(_rx)
+for _tf, _rx in {"LogicalNot": "logical_not", "Floor": "floor", "Ceil": "ceil", "Sign": "sign",
+                 "Sin": "sin", "Cos": "cos", "ZerosLike": "zeros_like",
+                 "OnesLike": "ones_like"}.items():  # fmt: skip
+    CONVERTERS[_tf] = _unary(_rx)
 for _tf, _rx in {"Relu": "nn.relu", "Sigmoid": "sigmoid", "Tanh": "tanh", "Exp": "exp",
                  "Log": "log", "Sqrt": "sqrt", "Rsqrt": "rsqrt", "Neg": "negative", "Abs": "abs",
                  "Square": "square", "Erf": "erf"}.items():  # fmt: skip
@@ -125,8 +134,6 @@ def _erfc(ctx, node, x):
 @converts("Einsum")
 def _einsum(ctx, node, *operands):
     equation = ctx.attr(node, "equation")
-    if "..." in equation:
-        raise Unsupported(f"Einsum with ellipsis: {equation}")
     return _relax().op.einsum(list(operands), equation)
 
 
@@ -170,8 +177,8 @@ def _selu(ctx, node, x):
 
 @converts("BiasAdd", "BiasAddV1")
 def _bias_add(ctx, node, x, bias):
-    if ctx.attr(node, "data_format", "NHWC") != "NHWC":
-        raise Unsupported("BiasAdd with data_format NCHW")
+    if ctx.attr(node, "data_format", "NHWC") == "NCHW":  # bias along axis 1
+        bias = _relax().op.reshape(bias, [bias.ty.shape[0]] + [1] * (len(x.ty.shape) - 2))
     return _relax().op.add(x, bias)
 
 
@@ -365,6 +372,9 @@ def to_relax(nodes, inputs, outputs, constants=None):
                     raise Unsupported(f"no converter for TF op {node.op}")
                 args = [env[_tensor_name(i)] for i in node.input if not i.startswith("^")]
                 value = convert(ctx, node, *args)
+                if isinstance(value, list) and not isinstance(value, ShapeValue):  # one per output
+                    env.update((f"{node.name}:{i}", bb.emit(v)) for i, v in enumerate(value))
+                    continue
                 # Shape values stay Python-side; they only ever feed Reshape and friends.
                 env[node.name + ":0"] = value if isinstance(value, ShapeValue) else bb.emit(value)
             result = [env[_tensor_name(o)] for o in outputs]
@@ -487,3 +497,100 @@ def _pack(ctx, node, *args):
             dims += _shape_operand(ctx, node, i, a)
         return ShapeValue(dims)
     return _relax().op.stack(list(args), axis=int(ctx.attr(node, "axis", 0)))
+
+
+# Element selection, filling and splitting.
+
+@converts("SelectV2")
+def _select_v2(ctx, node, cond, x, y):
+    return _relax().op.where(cond, x, y)
+
+
+@converts("Select")
+def _select(ctx, node, cond, x, y):
+    # v1: a vector condition picks whole rows of higher-rank x and y.
+    rank, cond_rank = len(x.ty.shape), len(cond.ty.shape)
+    if cond_rank == 1 and rank > 1:
+        cond = _relax().op.reshape(cond, [cond.ty.shape[0]] + [1] * (rank - 1))
+    return _relax().op.where(cond, x, y)
+
+
+@converts("Fill")
+def _fill(ctx, node, dims, value):
+    dims = _shape_operand(ctx, node, 0, dims)
+    return _relax().op.full([_simplify(d) for d in dims], value, ctx.attr(node, "T"))
+
+
+@converts("Tile")
+def _tile(ctx, node, x, multiples):
+    return _relax().op.tile(x, [int(m) for m in np.asarray(ctx.constant(node, 1)).reshape(-1)])
+
+
+@converts("LeakyRelu")
+def _leaky_relu(ctx, node, x):
+    return _relax().op.nn.leakyrelu(x, float(ctx.attr(node, "alpha", 0.2)))
+
+
+@converts("Reciprocal", "Inv")
+def _reciprocal(ctx, node, x):
+    return _relax().op.divide(_relax().const(1, ctx.attr(node, "T")), x)
+
+
+@converts("AddN")
+def _add_n(ctx, node, *xs):
+    total = xs[0]
+    for x in xs[1:]:
+        total = _relax().op.add(total, x)
+    return total
+
+
+@converts("ClipByValue")
+def _clip_by_value(ctx, node, x, low, high):
+    op = _relax().op
+    return op.minimum(op.maximum(x, low), high)
+
+
+@converts("ArgMax", "ArgMin")
+def _arg_max(ctx, node, x, axis):
+    fn = _relax().op.argmax if node.op == "ArgMax" else _relax().op.argmin
+    out = fn(x, axis=int(ctx.constant(node, 1)))
+    return _relax().op.astype(out, ctx.attr(node, "output_type", "int64"))
+
+
+@converts("Slice")
+def _slice(ctx, node, x, begin, size):
+    begin = [int(b) for b in np.asarray(ctx.constant(node, 1)).reshape(-1)]
+    size = [int(s) for s in np.asarray(ctx.constant(node, 2)).reshape(-1)]
+    shape = list(x.ty.shape)
+    end = [shape[a] if s == -1 else b + s for a, (b, s) in enumerate(zip(begin, size))]
+    return _relax().op.strided_slice(x, list(range(len(begin))), begin, end)
+
+
+def _split_outputs(x, sizes, axis):
+    """A list of Relax values, one per piece of `x` along `axis` (sizes may hold one -1)."""
+    relax = _relax()
+    axis = axis % len(x.ty.shape)
+    if -1 in sizes:
+        from tvm import tirx
+
+        dim = x.ty.shape[axis]
+        if not isinstance(dim, tirx.IntImm):
+            raise Unsupported("SplitV with -1 along a symbolic dim")
+        sizes = [int(dim.value) - (sum(sizes) + 1) if s == -1 else s for s in sizes]
+    bounds = list(np.cumsum(sizes)[:-1].astype(int))
+    return [relax.op.strided_slice(x, [axis], [int(b)], [int(e)])
+            for b, e in zip([0] + bounds, bounds + [int(sum(sizes))])]  # fmt: skip
+
+
+@converts("Split")
+def _split(ctx, node, axis, x):
+    axis = int(ctx.constant(node, 0))
+    n = int(ctx.attr(node, "num_split"))
+    (dim,) = [_static_dims(x, "Split", (axis % len(x.ty.shape),))[axis]]
+    return _split_outputs(x, [dim // n] * n, axis)
+
+
+@converts("SplitV")
+def _split_v(ctx, node, x, sizes, axis):
+    sizes = [int(s) for s in np.asarray(ctx.constant(node, 1)).reshape(-1)]
+    return _split_outputs(x, sizes, int(ctx.constant(node, 2)))

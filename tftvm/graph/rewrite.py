@@ -52,11 +52,13 @@ def replay(frozen, steps, order):
 
     def run(*args):
         env = dict(zip(input_names, args))
+        done = {name.split(":")[0]: [arg.op] for name, arg in env.items()}  # node -> its ops now
         for step in order:
             if isinstance(step, ClusterStep):
                 result = step.program(*[env[t] for t in step.inputs])
                 result = result if isinstance(result, tuple) else (result,)
                 env.update(zip(step.outputs, result))
+                done.update((n.name, [t.op for t in result]) for n in step.nodes)
                 continue
             node = by_name[step]
             if node.op == "Placeholder":
@@ -68,7 +70,13 @@ def replay(frozen, steps, order):
                 graph_def, input_map={t: env[t] for t in tensor_inputs(node)},
                 return_elements=[t.name for t in op.outputs] or [node.name], name="",
             )  # fmt: skip
+            new_op = imported[0] if isinstance(imported[0], tf.Operation) else imported[0].op
+            # Control edges keep their order, onto whatever now computes their source.
+            deps = [d for i in node.input if i.startswith("^") for d in done[i[1:]]]
+            if deps:
+                new_op._add_control_inputs(deps)  # TF-internal, what TF's auto control deps use
             env.update((t.name, v) for t, v in zip(op.outputs, imported))
+            done[node.name] = [new_op]
         return [env[t.name] for t in frozen.outputs]
 
     return run
