@@ -16,11 +16,12 @@ def format_report(frozen, clusters, reasons) -> str:
     for c in clusters:
         ops = Counter(n.op for n in c.nodes if n.op not in NOT_COMPUTE)
         shapes = ", ".join(str(frozen.tensor(t).shape) for t in c.inputs)
+        out_shapes = ", ".join(str(frozen.tensor(t).shape) for t in c.outputs)
         status = (f"{len(c.program.kernels)} TVM kernels, compiled in {c.compile_seconds:.2f} s"
                   if c.program is not None else f"stayed in TF: {c.error}")  # fmt: skip
         lines.append(f"cluster {c.index}: {sum(ops.values())} ops "
                      f"({', '.join(f'{k} x{v}' for k, v in sorted(ops.items()))}); "
-                     f"inputs {shapes}; {status}")  # fmt: skip
+                     f"inputs {shapes}; outputs {out_shapes}; {status}")  # fmt: skip
     stayed = Counter((n.op, reasons[n.name]) for n in compute
                      if n.name not in offloaded and reasons.get(n.name))  # fmt: skip
     for n in compute:
