@@ -2,8 +2,10 @@
 
 For every block, the leading data-parallel loops are fused and run in parallel;
 a block that is data-parallel throughout with a static size also gets its
-innermost chunk vectorized explicitly (LLVM vectorizes the others). A step TVM refuses leaves that block as it was. MetaSchedule
-tuning (tune.py) replaces this where a database has records.
+innermost chunk vectorized explicitly (LLVM vectorizes the others). A reduction
+over a static, vector-sized output axis (matmul, conv, pooling) is tiled: each
+parallel task accumulates an 8-row register tile and writes it back once. A step
+TVM refuses leaves that block as it was.
 """
 from __future__ import annotations
 
@@ -50,8 +52,11 @@ def _schedule_block(sch, block) -> None:
         spatial += 1
     if spatial == 0:
         return
-    fused = sch.fuse(*loops[:spatial]) if spatial > 1 else loops[0]
     lanes = max(1, VECTOR_BYTES // max(1, _dtype_bytes(stmt)))
+    if _tileable_reduction(sch, stmt, loops, spatial, lanes):
+        _tile_reduction(sch, block, loops, spatial, lanes)
+        return
+    fused = sch.fuse(*loops[:spatial]) if spatial > 1 else loops[0]
     extent = sch.get(fused).extent
     if spatial == len(loops) and isinstance(extent, tirx.IntImm) and int(extent) % lanes == 0:
         outer, inner = sch.split(fused, [None, lanes])
@@ -61,6 +66,49 @@ def _schedule_block(sch, block) -> None:
         # A split of a symbolic extent leaves a bounds check in the vector loop,
         # which is slower than letting LLVM vectorize each parallel chunk.
         sch.parallel(fused)
+
+
+TILE_ROWS, TILE_VECTORS = 8, 2  # a register tile of 8 rows x (up to) 2 vectors of accumulators
+
+
+def _tileable_reduction(sch, stmt, loops, spatial, lanes) -> bool:
+    """Spatial loops then reductions, the last spatial extent static and tile-sized."""
+    from tvm import tirx
+
+    if spatial < 2 or spatial == len(loops) or len(stmt.writes) != 1:
+        return False
+    if any(int(iv.iter_type) != 2 for iv in stmt.iter_vars[spatial:]):  # 2: commutative reduce
+        return False
+    cols = sch.get(loops[spatial - 1]).extent
+    return isinstance(cols, tirx.IntImm) and int(cols) % lanes == 0
+
+
+def _tile_reduction(sch, block, loops, spatial, lanes) -> None:
+    """Matmul-like blocks: parallel over output tiles, each tile accumulated in registers
+    (vectorized along the last output axis) and written back once."""
+    from tvm import tirx
+
+    rows = sch.get(loops[spatial - 2]).extent
+    cols = int(sch.get(loops[spatial - 1]).extent)
+    width = lanes * TILE_VECTORS if cols % (lanes * TILE_VECTORS) == 0 else lanes
+    jo, ji = sch.split(loops[spatial - 1], [None, width])
+    if isinstance(rows, tirx.IntImm) and int(rows) % TILE_ROWS == 0:
+        io, ii = sch.split(loops[spatial - 2], [None, TILE_ROWS])
+        outer, inner = list(loops[: spatial - 2]) + [io, jo], [ii, ji]
+    else:  # a symbolic row count (a batch): tiles of one row
+        outer, inner = list(loops[: spatial - 1]) + [jo], [ji]
+    sch.reorder(*outer, *loops[spatial:], *inner)
+    fused = sch.fuse(*outer) if len(outer) > 1 else outer[0]
+    write_back = sch.cache_write(block, 0, "local")
+    sch.reverse_compute_at(write_back, fused)
+    sch.vectorize(sch.get_loops(write_back)[-1])
+    sch.parallel(fused)
+    if len(inner) == 2:
+        sch.unroll(inner[0])
+    sch.vectorize(ji)
+    # Annotations first: a reduction split from its init no longer passes their checks.
+    init = sch.decompose_reduction(block, loops[spatial])
+    sch.vectorize(sch.get_loops(init)[-1])
 
 
 def _dtype_bytes(stmt) -> int:
