@@ -1,13 +1,14 @@
 """`tftvm.optimize` end to end: TF, TF with XLA, and tftvm on the models of the optimize tests.
 
-    python benchmarks/optimize.py [--repeats N] [--warm-cache]
+    python benchmarks/optimize.py [--quick] [--repeats N] [--warm-cache]
 
 For an MLP, a small CNN, MobileNetV2 (32x32) and a Transformer encoder block, all
 measured in this run on the same input: median latency of `tf.function(model)`,
 `tf.function(model, jit_compile=True)` and `tftvm.optimize(model)` (symbolic batch),
 their ratios to TF, the XLA first-call time, the `tftvm.optimize` time (a fresh
 kernel cache unless --warm-cache), and the share of compute nodes offloaded.
-tftvm kernels are untuned here (the default CPU schedule).
+tftvm kernels are untuned here (the default CPU schedule). Each latency is the median
+of N calls (50; 10 with --quick) after 3 warm-up calls, synced with `.numpy()`.
 """
 from __future__ import annotations
 
@@ -80,7 +81,7 @@ def row(name, build, repeats):
     cells = {"model": name, "TF ms": median_ms(tf_fn, x, repeats), "XLA ms": median_ms(xla_fn, x, repeats),
              "XLA compile s": xla_compile}  # fmt: skip
     try:
-        fast, compile_s = timed(lambda: tftvm.optimize(model, [tf.TensorSpec([None, *shape])]))
+        fast, compile_s = timed(lambda: tftvm.optimize(model, input_signature=[tf.TensorSpec([None, *shape])]))
         np.testing.assert_allclose(fast(x).numpy(), want, rtol=1e-3, atol=1e-3 * np.abs(want).max())
         cells.update({"tftvm ms": median_ms(fast, x, repeats), "tftvm compile s": compile_s,
                       "offloaded": fast.report().splitlines()[0].split("(")[-1].rstrip(")")})  # fmt: skip
@@ -91,9 +92,11 @@ def row(name, build, repeats):
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
-    parser.add_argument("--repeats", type=int, default=50)
+    parser.add_argument("--repeats", type=int, help="timed calls per measurement (default 50, 10 with --quick)")
+    parser.add_argument("--quick", action="store_true", help="10 timed calls instead of 50")
     parser.add_argument("--warm-cache", action="store_true", help="reuse the kernel disk cache")
     args = parser.parse_args()
+    args.repeats = args.repeats or (10 if args.quick else 50)
     import tvm
 
     print(f"{platform.processor() or platform.machine()}, {os.cpu_count()} cores; TF {tf.__version__}, "

@@ -11,6 +11,7 @@ from .kernel import Kernel  # noqa: E402
 from .op import TvmOp, load_op, op  # noqa: E402
 from .saved_model import load_saved_model  # noqa: E402
 from .signature import Signature, TensorSig  # noqa: E402
+from .tune import tune  # noqa: E402
 
 __version__ = "0.1.0"
 
@@ -24,4 +25,4 @@ except Exception as _err:  # noqa: BLE001  import must not fail: `tftvm doctor` 
     import logging as _logging
 
     _logging.getLogger(__name__).warning("tftvm bridge library unavailable: %s", _err)
-__all__ = ["Kernel", "Signature", "TensorSig", "TvmOp", "load_op", "load_saved_model", "op", "optimize"]
+__all__ = ["Kernel", "Signature", "TensorSig", "TvmOp", "load_op", "load_saved_model", "op", "optimize", "tune"]

@@ -118,22 +118,34 @@ def _schedule_id(schedule: bool) -> str:
 
 
 def compile_prim_func(func, *, func_name: str, num_outputs: int = 1, target=None,
-                      schedule: bool = True) -> Kernel:  # fmt: skip
-    """Compile one PrimFunc to a Kernel, or load it from the disk cache."""
+                      schedule: bool = True, database=None) -> Kernel:  # fmt: skip
+    """Compile one PrimFunc to a Kernel, or load it from the disk cache.
+
+    A MetaSchedule record for `func` in `database` (default $TFTVM_TUNING_DB) wins
+    over the default schedule.
+    """
     import tvm
+
+    from .tune import tuned_schedule
 
     signature = Signature.from_prim_func(func, num_outputs)
     target = resolve_target(target)
+    tuned = tuned_schedule(func, target, database)
+    if tuned is not None:
+        log.info("kernel %s: using its tuned schedule", func_name)
+        func, schedule_id = tuned.mod["main"], "schedule=tuned"
+    else:
+        schedule_id = _schedule_id(schedule)
     mod = tvm.IRModule({func_name: func.with_attr("global_symbol", func_name)})
     content = hashlib.sha256(
-        "\n".join([str(CACHE_FORMAT), _versions(), str(target), _schedule_id(schedule),
+        "\n".join([str(CACHE_FORMAT), _versions(), str(target), schedule_id,
                    mod.script(show_meta=True)]).encode()  # fmt: skip
     ).hexdigest()
     kernel = read_cached(content)
     if kernel is not None:
         log.debug("kernel %s: loaded from the disk cache", func_name)
         return kernel
-    if schedule:
+    if schedule and tuned is None:
         from .schedule import default_cpu_schedule
 
         mod = default_cpu_schedule(mod)

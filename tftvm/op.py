@@ -29,9 +29,13 @@ class TvmOp:
     wrapped object's __dict__ onto itself, and a plain `_call` would shadow its own.
     """
 
-    def __init__(self, kernel: kernel_lib.Kernel, name: str, grad=None):
+    def __init__(self, kernel: kernel_lib.Kernel, name: str, grad=None, prim_func=None,
+                 compile_options: dict | None = None):  # fmt: skip
         self.kernel = kernel
         self.name = name
+        self.prim_func = prim_func  # the TVM IR it came from (None for a loaded library): for tuning
+        self.compile_options = dict(compile_options or {})
+        self._tftvm_grad = grad
         self.signature = kernel.signature
         kernel.register()
         if grad is not None:
@@ -107,6 +111,14 @@ class TvmOp:
         except (TypeError, ValueError) as err:
             raise TypeError(f"{where} must be a {dtype.name} tensor: {err}") from None
 
+    def rebuilt(self, **options) -> "TvmOp":
+        """The same op compiled again, with `options` (e.g. database=) changed."""
+        if self.prim_func is None:
+            raise TypeError(f"tftvm op '{self.name}' was loaded from a library; it has no TVM IR to rebuild")
+        options = {**self.compile_options, **options}
+        kernel = kernel_lib.compile_prim_func(self.prim_func, **options)
+        return TvmOp(kernel, self.name, grad=self._tftvm_grad, prim_func=self.prim_func, compile_options=options)
+
     def save(self, path: str | Path) -> Path:
         """Export the library (and its signature beside it) for `tftvm.load_op`."""
         return self.kernel.save(path)
@@ -121,7 +133,7 @@ def _symbol(name: str) -> str:
 
 def op(inputs_or_func, outputs=None, *, name: str | None = None, func_name: str | None = None,
        num_outputs: int | None = None, target=None, schedule: bool = True,
-       grad=None) -> TvmOp:  # fmt: skip
+       grad=None, database=None) -> TvmOp:  # fmt: skip
     """Turn a TVM function into a TF op.
 
     Accepts TE tensors (`op([A, B], [C, D])`), a TIR PrimFunc (destination-passing
@@ -135,6 +147,8 @@ def op(inputs_or_func, outputs=None, *, name: str | None = None, func_name: str 
     floating-point input. Upstream gradients of unused outputs arrive as zeros.
     `grad="auto"` (TE form) derives that backward from the TE compute and
     compiles it as another tftvm op (see autodiff.py for what it covers).
+    `database` (default $TFTVM_TUNING_DB): a MetaSchedule database written by
+    `tftvm.tune`; a record for this function replaces the default schedule.
     """
     import tvm
     from tvm import te, tirx
@@ -177,11 +191,10 @@ def op(inputs_or_func, outputs=None, *, name: str | None = None, func_name: str 
         from . import autodiff
 
         grad = autodiff.backward_op(ins, outs, name)
-    kernel = kernel_lib.compile_prim_func(
-        func, func_name=_symbol(func_name or name), num_outputs=num_outputs or 1,
-        target=target, schedule=schedule,
-    )  # fmt: skip
-    return TvmOp(kernel, name, grad=grad)
+    options = dict(func_name=_symbol(func_name or name), num_outputs=num_outputs or 1,
+                   target=target, schedule=schedule, database=database)  # fmt: skip
+    kernel = kernel_lib.compile_prim_func(func, **options)
+    return TvmOp(kernel, name, grad=grad, prim_func=func, compile_options=options)
 
 
 def _is_te_list(x) -> bool:

@@ -1,0 +1,56 @@
+"""MetaSchedule tuning: records land in a JSON database and later builds use them."""
+import json
+
+import numpy as np
+import pytest
+import tftvm
+from tvm import te
+
+
+def matmul(n=32):
+    A = te.placeholder((n, n), name="A")
+    B = te.placeholder((n, n), name="B")
+    r = te.reduce_axis((0, n), name="r")
+    return [A, B], te.compute((n, n), lambda i, j: te.sum(A[i, r] * B[r, j], axis=r), name="C")
+
+
+@pytest.fixture(scope="module")
+def tuned(tmp_path_factory):
+    database = tmp_path_factory.mktemp("tuning_db")
+    untuned = tftvm.op(*matmul(), name="tuned_mm")
+    return untuned, tftvm.tune(untuned, trials=2, database=database, seed=0), database
+
+
+def test_tuned_op_matches_numpy_and_records_are_written(tuned, rng):
+    untuned, op, database = tuned
+    a, b = (rng.standard_normal((32, 32)).astype(np.float32) for _ in range(2))
+    np.testing.assert_allclose(op(a, b).numpy(), a @ b, rtol=1e-4, atol=1e-4)
+    records = (database / "database_tuning_record.json").read_text().splitlines()
+    assert records and all(json.loads(line) for line in records)
+    assert op.kernel.key != untuned.kernel.key  # a different schedule, a different library
+
+
+def test_later_builds_find_the_record(tuned, monkeypatch):
+    _, op, database = tuned
+    # Same function and name: the same tuned library (the key is its SHA-256).
+    assert tftvm.op(*matmul(), name="tuned_mm", database=database).kernel.key == op.kernel.key
+    monkeypatch.setenv("TFTVM_TUNING_DB", str(database))
+    assert tftvm.op(*matmul(), name="tuned_mm").kernel.key == op.kernel.key
+    other = tftvm.op(*matmul(16), name="mm16", database=database)  # no record: default schedule
+    monkeypatch.delenv("TFTVM_TUNING_DB")
+    assert other.kernel.key == tftvm.op(*matmul(16), name="mm16").kernel.key
+
+
+def test_corrupt_database_is_a_clear_error(tmp_path):
+    (tmp_path / "database_workload.json").write_text("{not json\n")
+    (tmp_path / "database_tuning_record.json").write_text("")
+    with pytest.raises(ValueError, match="tuning database .* cannot be read"):
+        tftvm.op(*matmul(), name="corrupt_db", database=tmp_path)
+
+
+def test_tune_refuses_what_it_cannot_tune(tuned, tmp_path):
+    untuned, _, _ = tuned
+    with pytest.raises(ValueError, match="trials must be >= 1"):
+        tftvm.tune(untuned, trials=0, database=tmp_path)
+    with pytest.raises(TypeError, match="takes an op made by tftvm.op"):
+        tftvm.tune(lambda x: x, trials=1, database=tmp_path)
