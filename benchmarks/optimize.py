@@ -1,20 +1,22 @@
 """`tftvm.optimize` end to end: TF, TF with XLA, and tftvm on the models of the optimize tests.
 
-    python benchmarks/optimize.py [--quick] [--repeats N] [--warm-cache]
+    python benchmarks/optimize.py [--quick] [--repeats N] [--warm-cache] [--tune]
 
 For an MLP, a small CNN, MobileNetV2 (32x32) and a Transformer encoder block, all
 measured in this run on the same input: median latency of `tf.function(model)`,
-`tf.function(model, jit_compile=True)` and `tftvm.optimize(model)` (symbolic batch),
-their ratios to TF, the XLA first-call time, the `tftvm.optimize` time (a fresh
-kernel cache unless --warm-cache), and the share of compute nodes offloaded.
-tftvm kernels are untuned here (the default CPU schedule). Each latency is the median
-of N calls (50; 10 with --quick) after 3 warm-up calls, synced with `.numpy()`.
+`tf.function(model, jit_compile=True)` and `tftvm.optimize(model)` (symbolic batch,
+default CPU schedule), their ratios to TF, the XLA first-call time, the
+`tftvm.optimize` time (a fresh kernel cache unless --warm-cache), and the share of
+compute nodes offloaded. With --tune, the small CNN and the Transformer block are
+also optimized for their static batch and every kernel tuned with MetaSchedule
+(--trials-per-kernel, capped by --time-budget seconds per model): "static ms" is
+that model untuned, "tuned ms" tuned. Each latency is the median of N calls (50; 10
+with --quick) after 3 warm-up calls, synced with `.numpy()`.
 """
 from __future__ import annotations
 
 import argparse
 import os
-import platform
 import sys
 import tempfile
 import time
@@ -26,6 +28,7 @@ import keras  # noqa: E402
 import numpy as np  # noqa: E402
 import tensorflow as tf  # noqa: E402
 import tftvm  # noqa: E402
+from common import machine, median_ms, print_table  # noqa: E402
 
 L = keras.layers
 
@@ -53,41 +56,59 @@ def transformer_block():
     return keras.Model(inp, out), 8
 
 
-def median_ms(fn, x, repeats: int) -> float:
-    for _ in range(3):
-        fn(x).numpy()
-    samples = []
-    for _ in range(repeats):
-        start = time.perf_counter()
-        fn(x).numpy()
-        samples.append(time.perf_counter() - start)
-    return 1e3 * float(np.median(samples))
-
-
 def timed(fn):
     start = time.perf_counter()
     result = fn()
     return result, time.perf_counter() - start
 
 
-def row(name, build, repeats):
+def row(name, build, repeats, tune: dict | None = None):
     keras.utils.set_random_seed(0)
     model, batch = build()
     shape = tuple(model.inputs[0].shape[1:])
     x = tf.constant(np.random.default_rng(0).standard_normal((batch, *shape)).astype(np.float32))
     tf_fn, xla_fn = tf.function(model), tf.function(model, jit_compile=True)
     want = tf_fn(x).numpy()
+
+    def check(fn):
+        np.testing.assert_allclose(fn(x).numpy(), want, rtol=1e-3, atol=1e-3 * np.abs(want).max())
+
     _, xla_compile = timed(lambda: xla_fn(x).numpy())
-    cells = {"model": name, "TF ms": median_ms(tf_fn, x, repeats), "XLA ms": median_ms(xla_fn, x, repeats),
+    cells = {"model": name, "TF ms": median_ms(tf_fn, x, repeats=repeats), "XLA ms": median_ms(xla_fn, x, repeats=repeats),
              "XLA compile s": xla_compile}  # fmt: skip
     try:
         fast, compile_s = timed(lambda: tftvm.optimize(model, input_signature=[tf.TensorSpec([None, *shape])]))
-        np.testing.assert_allclose(fast(x).numpy(), want, rtol=1e-3, atol=1e-3 * np.abs(want).max())
-        cells.update({"tftvm ms": median_ms(fast, x, repeats), "tftvm compile s": compile_s,
+        check(fast)
+        cells.update({"tftvm ms": median_ms(fast, x, repeats=repeats), "tftvm compile s": compile_s,
                       "offloaded": fast.report().splitlines()[0].split("(")[-1].rstrip(")")})  # fmt: skip
+        if tune is not None:
+            static = tftvm.optimize(model, input_signature=[tf.TensorSpec(x.shape)])
+            trials = tune["trials_per_kernel"] * len(static.kernels())
+            tuned, tune_s = timed(lambda: tftvm.tune(static, trials=trials, database=tempfile.mkdtemp(),
+                                                     time_budget=tune["time_budget"], seed=0))  # fmt: skip
+            check(tuned)
+            cells.update({"static ms": median_ms(static, x, repeats=repeats),
+                          "tuned ms": median_ms(tuned, x, repeats=repeats), "tune s": tune_s,
+                          "kernels": len(static.kernels()), "trials": trials})  # fmt: skip
     except Exception as err:  # a failing model is a row with its error, not a hidden one
         cells["error"] = f"{type(err).__name__}: {str(err).splitlines()[0][:120]}"
+    for key in ("XLA ms", "tftvm ms", "static ms", "tuned ms"):
+        if key in cells:
+            cells[key.split()[0] + "/TF"] = cells[key] / cells["TF ms"]
     return cells
+
+
+MODELS = [("MLP (b32)", mlp, False), ("small CNN (b8)", small_cnn, True),
+          ("MobileNetV2 32px (b4)", mobilenet_v2, False), ("Transformer block (b8)", transformer_block, True)]  # fmt: skip
+COLUMNS = [("model", ""), ("TF ms", ".3f"), ("XLA ms", ".3f"), ("tftvm ms", ".3f"), ("XLA/TF", ".2f"),
+           ("tftvm/TF", ".2f"), ("tftvm compile s", ".1f"), ("XLA compile s", ".2f"), ("offloaded", "")]  # fmt: skip
+TUNED_COLUMNS = [("model", ""), ("TF ms", ".3f"), ("static ms", ".3f"), ("tuned ms", ".3f"), ("static/TF", ".2f"),
+                 ("tuned/TF", ".2f"), ("kernels", "d"), ("trials", "d"), ("tune s", ".0f")]  # fmt: skip
+
+
+def run(repeats: int = 50, tune: dict | None = None) -> list[dict]:
+    """One row per model; `tune` ({"trials_per_kernel", "time_budget"}) adds tuned columns."""
+    return [row(name, build, repeats, tune if tunable else None) for name, build, tunable in MODELS]
 
 
 def main() -> None:
@@ -95,24 +116,21 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, help="timed calls per measurement (default 50, 10 with --quick)")
     parser.add_argument("--quick", action="store_true", help="10 timed calls instead of 50")
     parser.add_argument("--warm-cache", action="store_true", help="reuse the kernel disk cache")
+    parser.add_argument("--tune", action="store_true", help="also tune the CNN and the Transformer block")
+    parser.add_argument("--trials-per-kernel", type=int, default=32)
+    parser.add_argument("--time-budget", type=float, default=900.0, help="tuning seconds per model")
     args = parser.parse_args()
     args.repeats = args.repeats or (10 if args.quick else 50)
-    import tvm
-
-    print(f"{platform.processor() or platform.machine()}, {os.cpu_count()} cores; TF {tf.__version__}, "
-          f"TVM {tvm.__version__}; batch as listed; untuned tftvm; median of {args.repeats}\n")  # fmt: skip
-    header = f"{'model':<22}{'TF ms':>9}{'XLA ms':>9}{'tftvm ms':>10}{'tftvm/TF':>10}{'XLA/TF':>8}" \
-             f"{'tftvm compile s':>17}{'XLA compile s':>15}{'offloaded':>11}"
-    print(header)
-    for name, build in [("MLP (b32)", mlp), ("small CNN (b8)", small_cnn),
-                        ("MobileNetV2 32px (b4)", mobilenet_v2), ("Transformer block (b8)", transformer_block)]:  # fmt: skip
-        c = row(name, build, args.repeats)
-        if "error" in c:
-            print(f"{name:<22}{c['TF ms']:>9.3f}{c['XLA ms']:>9.3f}  tftvm failed: {c['error']}")
-            continue
-        print(f"{name:<22}{c['TF ms']:>9.3f}{c['XLA ms']:>9.3f}{c['tftvm ms']:>10.3f}"
-              f"{c['tftvm ms'] / c['TF ms']:>10.2f}{c['XLA ms'] / c['TF ms']:>8.2f}"
-              f"{c['tftvm compile s']:>17.1f}{c['XLA compile s']:>15.2f}{c['offloaded']:>11}", flush=True)  # fmt: skip
+    tune = {"trials_per_kernel": args.trials_per_kernel, "time_budget": args.time_budget} if args.tune else None
+    print(f"{machine()}; batch as listed; median of {args.repeats}\n")
+    rows = run(args.repeats, tune)
+    print_table([r for r in rows if "error" not in r], COLUMNS)
+    if tune:
+        print()
+        print_table([r for r in rows if "tuned ms" in r], TUNED_COLUMNS)
+    for r in rows:
+        if "error" in r:
+            print(f"{r['model']}: tftvm failed: {r['error']}")
 
 
 if __name__ == "__main__":

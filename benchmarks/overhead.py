@@ -36,10 +36,8 @@ def median_seconds(fn, repeats: int, inner: int) -> float:
     return float(np.median(samples))
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__)
-    parser.add_argument("--repeats", type=int, default=21)
-    args = parser.parse_args()
+def run(repeats: int = 21) -> list[dict]:
+    """One row per (size, mode): TF and tftvm seconds, best of 3 interleaved medians."""
     add = make_add()
     # The same Python wrapper around both, so only the op inside differs.
     graph_tf = tf.function(lambda x, y: tf.add(x, y))
@@ -52,14 +50,23 @@ def main() -> None:
             # Interleave the two so drift in machine load hits both alike.
             t_tf, t_tvm = [], []
             for _ in range(3):
-                t_tf.append(median_seconds(lambda: f_tf(x, y), args.repeats, inner))
-                t_tvm.append(median_seconds(lambda: f_tvm(x, y), args.repeats, inner))
-            rows.append((label, mode, min(t_tf), min(t_tvm)))
+                t_tf.append(median_seconds(lambda: f_tf(x, y), repeats, inner))
+                t_tvm.append(median_seconds(lambda: f_tvm(x, y), repeats, inner))
+            rows.append({"case": f"add {label}, {mode}", "TF µs": min(t_tf) * 1e6, "tftvm µs": min(t_tvm) * 1e6,
+                         "tftvm/TF": min(t_tvm) / min(t_tf)})  # fmt: skip
+    return rows
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--repeats", type=int, default=21)
+    args = parser.parse_args()
+    rows = run(args.repeats)
     print(f"{platform.processor() or platform.machine()}, {tf.config.threading.get_intra_op_parallelism_threads() or 'default'} intra-op threads, "
           f"TF {tf.__version__}, tftvm {tftvm.__version__}")  # fmt: skip
-    print(f"{'size':<11}{'mode':<13}{'TF µs':>11}{'tftvm µs':>11}{'tftvm/TF':>10}")
-    for label, mode, t_tf, t_tvm in rows:
-        print(f"{label:<11}{mode:<13}{t_tf * 1e6:>11.1f}{t_tvm * 1e6:>11.1f}{t_tvm / t_tf:>10.2f}")
+    print(f"{'case':<28}{'TF µs':>11}{'tftvm µs':>11}{'tftvm/TF':>10}")
+    for r in rows:
+        print(f"{r['case']:<28}{r['TF µs']:>11.1f}{r['tftvm µs']:>11.1f}{r['tftvm/TF']:>10.2f}")
 
 
 if __name__ == "__main__":

@@ -59,3 +59,34 @@ def test_optimize_command_unknown_signature(tmp_path):
     model.export(str(tmp_path / "src"), verbose=False)
     proc = tftvm("optimize", str(tmp_path / "src"), str(tmp_path / "out"), "--signature", "nope")
     assert proc.returncode == 2 and "has no signature 'nope'" in proc.stderr
+
+
+def test_tune_command_tunes_and_saves_a_saved_model(tmp_path):
+    import keras
+    import numpy as np
+    import tensorflow as tf
+    import tftvm as _  # noqa: F401  registers TvmCall, as a user's `import tftvm` does
+
+    keras.utils.set_random_seed(0)
+    model = keras.Sequential([keras.Input((6,)), keras.layers.Dense(8, activation="relu"), keras.layers.Dense(3)])
+    model.export(str(tmp_path / "src"), verbose=False)
+    db = tmp_path / "db"
+    proc = tftvm("tune", str(tmp_path / "src"), str(tmp_path / "out"), "--database", str(db),
+                 "--trials", "4", "--batch", "4")  # fmt: skip
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert "trials 4/4" in proc.stdout or "trials 5/4" in proc.stdout, proc.stdout
+    assert (db / "database_tuning_record.json").read_text().strip()
+    x = np.random.default_rng(0).standard_normal((4, 6)).astype(np.float32)
+    out = tf.saved_model.load(str(tmp_path / "out")).signatures["serving_default"]
+    (got,) = out(tf.constant(x)).values()
+    np.testing.assert_allclose(got.numpy(), model(x).numpy(), rtol=1e-5, atol=1e-5)
+
+
+def test_tune_command_refuses_unknown_dims_besides_the_batch(tmp_path):
+    import tensorflow as tf
+
+    module = tf.Module()
+    module.f = tf.function(lambda x: tf.nn.relu(x * 2.0 + 1.0), input_signature=[tf.TensorSpec([None, None])])
+    tf.saved_model.save(module, str(tmp_path / "src"), signatures=module.f.get_concrete_function())
+    proc = tftvm("tune", str(tmp_path / "src"), str(tmp_path / "out"), "--database", str(tmp_path / "db"))
+    assert proc.returncode == 2 and "has unknown dims" in proc.stderr and "besides the batch" in proc.stderr

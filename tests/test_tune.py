@@ -54,3 +54,45 @@ def test_tune_refuses_what_it_cannot_tune(tuned, tmp_path):
         tftvm.tune(untuned, trials=0, database=tmp_path)
     with pytest.raises(TypeError, match="takes an op made by tftvm.op"):
         tftvm.tune(lambda x: x, trials=1, database=tmp_path)
+
+
+def test_symbolic_op_is_refused_with_the_reason(tmp_path):
+    n = te.var("n")
+    A = te.placeholder((n, 4), name="A")
+    op = tftvm.op([A], [te.compute((n, 4), lambda i, j: A[i, j] * 2.0, name="B")], name="sym")
+    with pytest.raises(ValueError, match="buffer 'A' has symbolic dims \\['n'\\]"):
+        tftvm.tune(op, trials=1, database=tmp_path)
+    with pytest.raises(ValueError, match="time_budget must be > 0"):
+        tftvm.tune(op, trials=1, database=tmp_path, time_budget=0)
+
+
+def test_optimized_model_is_tuned_kernel_by_kernel(tmp_path, rng):
+    import tensorflow as tf
+
+    w = tf.constant(rng.standard_normal((16, 16)).astype(np.float32))
+
+    def model(x):
+        return tf.tanh(tf.matmul(tf.nn.relu(tf.matmul(x, w) + 1.0), w))
+
+    fast = tftvm.optimize(model, [tf.TensorSpec([8, 16])])
+    seen = []
+    tuned = tftvm.tune(fast, trials=2 * len(fast.kernels()), database=tmp_path / "db", seed=0,
+                       progress=seen.append)  # fmt: skip
+    x = rng.standard_normal((8, 16)).astype(np.float32)
+    np.testing.assert_allclose(tuned(x).numpy(), model(x).numpy(), rtol=1e-4, atol=1e-4)
+    assert seen and seen[-1].trials_done >= seen[-1].trials and seen[-1].tasks == len(fast.kernels())
+    assert len(seen[-1].best_ms) == seen[-1].tasks  # every kernel was measured
+    before, after = [k.kernel.key for k in fast.kernels()], [k.kernel.key for k in tuned.kernels()]
+    assert len(before) == len(after) and all(a != b for a, b in zip(before, after))
+    # The records are found again by a later optimize of the same model.
+    again = tftvm.optimize(model, [tf.TensorSpec([8, 16])], database=tmp_path / "db")
+    assert [k.kernel.key for k in again.kernels()] == after
+
+
+def test_time_budget_stops_after_the_first_round(tmp_path):
+    ops = [tftvm.op(*matmul(8), name="budget_a"), tftvm.op(*matmul(16), name="budget_b")]
+    seen = []
+    tuned = tftvm.tune(ops, trials=16, database=tmp_path, seed=0, time_budget=1e-3, progress=seen.append)
+    # Rounds of 16 // (2 * 2) = 4 candidates: the first round (one per task) is measured, then it stops.
+    assert [p.trials_done for p in seen] == [4, 8]
+    assert isinstance(tuned, list) and len(tuned) == 2

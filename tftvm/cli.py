@@ -48,16 +48,13 @@ def _doctor(args) -> int:
     return 0
 
 
-def _optimize(args) -> int:
+def _load_signature(args):
+    """The SavedModel signature as a positional function, its input names and specs."""
     import tensorflow as tf
-
-    from .graph.optimize import optimize
 
     loaded = tf.saved_model.load(args.src)
     if args.signature not in loaded.signatures:
-        print(f"{args.src} has no signature '{args.signature}'; it has {sorted(loaded.signatures)}",
-              file=sys.stderr)  # fmt: skip
-        return 2
+        raise _UsageError(f"{args.src} has no signature '{args.signature}'; it has {sorted(loaded.signatures)}")
     fn = loaded.signatures[args.signature]
     names = sorted(fn.structured_input_signature[1])
     specs = [fn.structured_input_signature[1][n] for n in names]
@@ -65,17 +62,68 @@ def _optimize(args) -> int:
     def call(*inputs):
         return fn(**dict(zip(names, inputs)))
 
-    def progress(done, total, step):
-        status = "ok" if step.program is not None else f"stays in TF ({step.error})"
-        bar = "#" * (20 * done // total)
-        print(f"[{bar:<20}] cluster {done}/{total}: {len(step.nodes)} nodes, "
-              f"{step.compile_seconds:.1f} s, {status}", flush=True)  # fmt: skip
+    call._tftvm_keep = loaded  # the signature's variables live as long as the function
+    return call, names, specs
 
-    fast = optimize(call, specs, min_cluster_size=args.min_cluster_size, progress=progress)
+
+class _UsageError(Exception):
+    """A bad command line: printed without a traceback, exit status 2."""
+
+
+def _cluster_progress(done, total, step):
+    status = "ok" if step.program is not None else f"stays in TF ({step.error})"
+    bar = "#" * (20 * done // total)
+    print(f"[{bar:<20}] cluster {done}/{total}: {len(step.nodes)} nodes, "
+          f"{step.compile_seconds:.1f} s, {status}", flush=True)  # fmt: skip
+
+
+def _tune_progress(p):
+    bar = "#" * min(20, 20 * p.trials_done // p.trials)
+    print(f"[{bar:<20}] trials {p.trials_done}/{p.trials} over {p.tasks} kernels, {p.elapsed_s:.0f} s",
+          flush=True)  # fmt: skip
+
+
+def _save(fast, args, names) -> None:
+    import tensorflow as tf
+
     signature = fast.__call__.get_concrete_function()
     tf.saved_model.save(fast, args.out, signatures={args.signature: signature})
     print(fast.report())
     print(f"saved {args.out} (inputs in order: {', '.join(names)})")
+
+
+def _optimize(args) -> int:
+    from .graph.optimize import optimize
+
+    call, names, specs = _load_signature(args)
+    fast = optimize(call, specs, min_cluster_size=args.min_cluster_size, progress=_cluster_progress,
+                    database=args.database)  # fmt: skip
+    _save(fast, args, names)
+    return 0
+
+
+def _tune(args) -> int:
+    """Optimize with the unknown batch dim fixed, tune every kernel, save the tuned model."""
+    import tensorflow as tf
+
+    from .graph.optimize import optimize
+    from .tune import tune
+
+    call, names, specs = _load_signature(args)
+    static = []
+    for name, spec in zip(names, specs):
+        dims = spec.shape.as_list()
+        if dims and dims[0] is None:
+            dims[0] = args.batch
+        if None in dims:
+            raise _UsageError(f"input '{name}' has unknown dims {spec.shape} besides the batch: "
+                              "MetaSchedule tunes concrete shapes; export the model with static shapes")  # fmt: skip
+        static.append(tf.TensorSpec(dims, spec.dtype))
+    fast = optimize(call, static, min_cluster_size=args.min_cluster_size, progress=_cluster_progress)
+    print(f"tuning {len(fast.kernels())} kernels, {args.trials} trials, database {args.database}", flush=True)
+    tuned = tune(fast, trials=args.trials, database=args.database, time_budget=args.time_budget,
+                 progress=_tune_progress)  # fmt: skip
+    _save(tuned, args, names)
     return 0
 
 
@@ -99,12 +147,26 @@ def main(argv: list[str] | None = None) -> int:
     opt.add_argument("out", help="SavedModel directory to write")
     opt.add_argument("--signature", default="serving_default", help="signature to optimize")
     opt.add_argument("--min-cluster-size", type=int, default=3)
+    opt.add_argument("--database", help="MetaSchedule records from `tftvm tune` (default $TFTVM_TUNING_DB)")
+    tun = sub.add_parser("tune", help="optimize a SavedModel, tune its TVM kernels, save the tuned model")
+    tun.add_argument("src", help="SavedModel directory to read")
+    tun.add_argument("out", help="SavedModel directory to write")
+    tun.add_argument("--database", required=True, help="tuning database directory (created; records kept)")
+    tun.add_argument("--trials", type=int, default=64, help="measured candidates in all (default 64)")
+    tun.add_argument("--time-budget", type=float, help="stop searching after this many seconds")
+    tun.add_argument("--batch", type=int, default=1, help="the batch size to tune for (default 1)")
+    tun.add_argument("--signature", default="serving_default", help="signature to optimize")
+    tun.add_argument("--min-cluster-size", type=int, default=3)
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO if args.verbose else logging.WARNING,
                         format="%(levelname)s %(name)s: %(message)s")  # fmt: skip
     handler = {"demo": _demo, "doctor": _doctor, "build-native": _build_native,
-               "optimize": _optimize}[args.command]  # fmt: skip
-    return handler(args)
+               "optimize": _optimize, "tune": _tune}[args.command]  # fmt: skip
+    try:
+        return handler(args)
+    except _UsageError as err:
+        print(f"tftvm {args.command}: {err}", file=sys.stderr)
+        return 2
 
 
 if __name__ == "__main__":

@@ -1,15 +1,21 @@
-"""MetaSchedule tuning of tftvm ops, with its records in a JSON database on disk.
+"""MetaSchedule tuning of tftvm ops and optimized models, with records in a JSON database.
 
 `tune(op, trials=N, database=DIR)` searches schedules for the op's PrimFunc and
-returns the same op compiled with the best one. Later `tftvm.op(..., database=DIR)`
-calls (or any call with TFTVM_TUNING_DB set) find the record and compile the
-tuned schedule instead of the default one; the kernel cache keys on the chosen
-schedule, so a tuned kernel never hides behind an untuned cache entry.
+returns the same op compiled with the best one; `tune(optimized, ...)` does the
+same for every kernel of a `tftvm.optimize` result at once (MetaSchedule's task
+scheduler shares the trials among them) and returns the model rebuilt. Later
+`tftvm.op(..., database=DIR)` / `tftvm.optimize(..., database=DIR)` calls (or any
+call with TFTVM_TUNING_DB set) find the records and compile the tuned schedules
+instead of the default one; the kernel cache keys on the chosen schedule, so a
+tuned kernel never hides behind an untuned cache entry.
 """
 from __future__ import annotations
 
+import dataclasses
+import itertools
 import logging
 import os
+import re
 import time
 from pathlib import Path
 
@@ -47,33 +53,215 @@ def tuned_schedule(func, target, database):
         raise ValueError(f"tuning database {path} cannot be read: {err}") from err
 
 
-def tune(op, *, trials: int = 64, database=None, seed: int | None = None):
-    """Tune `op` (a tftvm op built from a TVM function) with MetaSchedule; return it tuned.
+def symbolic_reason(func) -> str | None:
+    """Why MetaSchedule cannot measure `func` (it needs concrete buffers), or None."""
+    from tvm import tirx
 
-    trials: measured candidates in all; database: a directory (created), default
-    $TFTVM_TUNING_DB. Records already there are kept; the best of all is used.
+    for param in func.params:
+        if not isinstance(param.ty, tirx.BufferType):
+            return f"scalar parameter '{param.name}'"
+        dims = [str(d) for d in param.ty.shape if not isinstance(d, tirx.IntImm)]
+        if dims:
+            return f"buffer '{param.name}' has symbolic dims {dims}"
+    return None
+
+
+@dataclasses.dataclass
+class TuneProgress:
+    """What a `progress` callback gets after each measured batch of candidates."""
+
+    trials_done: int
+    trials: int
+    tasks: int
+    elapsed_s: float
+    best_ms: dict  # task name -> best measured latency so far (ms)
+
+
+def tune(target_obj, *, trials: int = 64, database=None, seed: int | None = None,
+         time_budget: float | None = None, progress=None, target=None):  # fmt: skip
+    """Tune with MetaSchedule; return the same thing rebuilt with the tuned schedules.
+
+    `target_obj`: a tftvm op, a list of tftvm ops, or a `tftvm.optimize` result
+    (every kernel of it; kernels with symbolic dims are skipped with a log line:
+    optimize with a static input_signature to tune them). `trials`: measured
+    candidates in all, shared among the kernels. `database`: a directory (created),
+    default $TFTVM_TUNING_DB; records already there are kept and the best of all is
+    used. `time_budget`: seconds after which the search stops (checked after each
+    round of one batch per kernel). `progress(TuneProgress)` is called after each batch.
     """
-    from tvm.s_tir import meta_schedule as ms
-
-    from . import kernel as kernel_lib
+    from .graph.optimize import Optimized
     from .op import TvmOp
 
-    if not isinstance(op, TvmOp) or op.prim_func is None:
-        raise TypeError("tftvm.tune takes an op made by tftvm.op (a loaded library has no TVM IR to tune)")
     if trials < 1:
         raise ValueError(f"trials must be >= 1, got {trials}")
+    if time_budget is not None and time_budget <= 0:
+        raise ValueError(f"time_budget must be > 0 seconds, got {time_budget}")
+    if isinstance(target_obj, Optimized):
+        ops, rebuild = target_obj.kernels(), target_obj.rebuilt
+    elif isinstance(target_obj, TvmOp):
+        ops, rebuild = [target_obj], lambda **kw: target_obj.rebuilt(**kw)
+    elif isinstance(target_obj, (list, tuple)) and target_obj and all(isinstance(o, TvmOp) for o in target_obj):
+        ops, rebuild = list(target_obj), lambda **kw: [o.rebuilt(**kw) for o in target_obj]
+    else:
+        raise TypeError("tftvm.tune takes an op made by tftvm.op, a list of them, or a tftvm.optimize "
+                        f"result; got {type(target_obj).__name__}")  # fmt: skip
     path = database_dir(database)
     if path is None:
         raise ValueError(f"tftvm.tune needs database= (a directory) or ${DATABASE_ENV}")
+    tasks = _tasks(ops, single=isinstance(target_obj, TvmOp))
+    if not tasks:
+        log.warning("nothing to tune: every kernel has symbolic dims")
+        return target_obj
     path.mkdir(parents=True, exist_ok=True)
-    target = kernel_lib.resolve_target(op.compile_options.get("target"))
+    compile_target = _target_of(ops, target)
+    _run_search(tasks, compile_target, path, trials, seed, time_budget, progress)
+    return rebuild(database=path)
+
+
+def _tasks(ops, single: bool) -> dict:
+    """Task name -> PrimFunc workload, one per distinct function (kernels repeat in models)."""
+    import tvm_ffi
+
+    tasks, seen = {}, []
+    for op in ops:
+        if op.prim_func is None:
+            raise TypeError(f"tftvm op '{op.name}' was loaded from a library: it has no TVM IR to tune")
+        why = symbolic_reason(op.prim_func)
+        if why is not None:
+            if single:
+                raise ValueError(f"tftvm op '{op.name}' cannot be tuned: {why}; MetaSchedule measures "
+                                 "concrete shapes (build the op with static dims to tune it)")  # fmt: skip
+            log.info("not tuning '%s': %s", op.name, why)
+            continue
+        func = workload(op.prim_func)["main"]
+        if any(tvm_ffi.structural_equal(func, other) for other in seen):
+            continue
+        seen.append(func)
+        tasks[f"t{len(tasks):03d}_" + re.sub(r"\W", "_", op.name)] = func
+    return tasks
+
+
+def _target_of(ops, target):
+    from . import kernel as kernel_lib
+
+    if target is None:
+        targets = {str(kernel_lib.resolve_target(o.compile_options.get("target"))) for o in ops}
+        if len(targets) > 1:
+            raise ValueError(f"the ops were built for different targets {sorted(targets)}; pass target=")
+        target = ops[0].compile_options.get("target")
+    return kernel_lib.resolve_target(target)
+
+
+def _run_search(tasks, target, path, trials, seed, time_budget, progress) -> None:
+    """MetaSchedule in rounds of one batch per kernel, so the budget is checked between rounds.
+
+    (Stopping tasks from inside MetaSchedule's scheduler trips its own checks.) One
+    cost model serves every round, so what it learned carries over.
+    """
+    from tvm.ir.utils import derived_object
+    from tvm.s_tir import meta_schedule as ms
+
+    state = {"done": 0, "start": time.perf_counter(), "best": {}}
+    names = sorted(tasks)  # task ids, in the order the contexts are given below
+
+    @derived_object
+    class _Monitor(ms.measure_callback.PyMeasureCallback):
+        """Counts trials and keeps the best latency per task, for logs and `progress`."""
+
+        def apply(self, scheduler, task_id, candidates, builder_results, runner_results):
+            state["done"] += len(runner_results)
+            times = [float(sum(r.run_secs) / len(r.run_secs)) * 1e3
+                     for r in runner_results if r.error_msg is None and r.run_secs]  # fmt: skip
+            name = names[task_id]
+            if times:
+                state["best"][name] = min([*times, state["best"].get(name, float("inf"))])
+            elapsed = time.perf_counter() - state["start"]
+            log.info("tuning: %d/%d trials, %.0f s; %s best %.4g ms", state["done"], trials, elapsed,
+                     name, state["best"].get(name, float("nan")))  # fmt: skip
+            if progress is not None:
+                progress(TuneProgress(state["done"], trials, len(names), elapsed, dict(state["best"])))
+
+    log.info("tuning %d kernels: %d trials into %s", len(names), trials, path)
+    _import_tensor_intrinsics()
     tuning_target = _with_cores(target)
-    start = time.perf_counter()
-    log.info("tuning '%s': %d trials into %s", op.name, trials, path)
-    ms.tune_tir(workload(op.prim_func), tuning_target, str(path), max_trials_global=trials,
-                num_trials_per_iter=min(trials, 64), seed=seed)  # fmt: skip
-    log.info("tuned '%s' in %.1f s", op.name, time.perf_counter() - start)
-    return op.rebuilt(database=path)
+    per_iteration = _per_iteration(trials, len(names))
+    cost_model = ms.cost_model.CostModel.create("xgb", num_tuning_cores=os.cpu_count() or 1)
+    for round_index in itertools.count():
+        before = state["done"]
+        # TuneContexts made here, not by ms.tune_tir: that one reconfigures logging globally
+        # (console output, log files, and a crash on unnamed handlers such as pytest's).
+        round_seed = None if seed is None else seed + round_index  # new candidates each round
+        contexts = [
+            ms.TuneContext(mod=tasks[name], target=tuning_target, space_generator="post-order-apply",
+                           search_strategy="evolutionary", task_name=name, rand_state=rand_state,
+                           logger=logging.getLogger(f"{__name__}.{name}")).clone()
+            for name, rand_state in zip(names, ms.utils.fork_seed(round_seed, n=len(names)))
+        ]  # fmt: skip
+        ms.tune_tasks(tasks=contexts, task_weights=[1.0] * len(names), work_dir=str(path),
+                      max_trials_global=min(trials - state["done"], per_iteration * len(names)),
+                      num_trials_per_iter=per_iteration, builder=_builder(), cost_model=cost_model,
+                      measure_callbacks=[*ms.measure_callback.MeasureCallback.create("default"), _Monitor()])  # fmt: skip
+        elapsed = time.perf_counter() - state["start"]
+        if state["done"] >= trials or state["done"] == before:  # done, or nothing left to try
+            break
+        if time_budget is not None and elapsed > time_budget:
+            log.info("tuning: time budget of %.0f s spent after %d trials; stopping", time_budget, state["done"])
+            break
+    log.info("tuned %d kernels in %.1f s", len(names), time.perf_counter() - state["start"])
+
+
+def _import_tensor_intrinsics() -> None:
+    """Import tvm.s_tir.tensor_intrin (MetaSchedule does, for every task) in seconds, not minutes.
+
+    It parses a few hundred TVMScript intrinsics, and each parse calls inspect.stack(),
+    which resolves every frame's module by scanning sys.modules: with TF's ~4000
+    modules loaded that took 30 s to over 3 minutes on 2 cores. The parser only uses
+    the frames themselves, so for this one import inspect.stack skips the lookup.
+    """
+    import inspect
+    import sys
+
+    if "tvm.s_tir.tensor_intrin" in sys.modules:
+        return
+
+    def frames_only(context=1):
+        frame, out = sys._getframe(1), []
+        while frame is not None:
+            code = frame.f_code
+            out.append(inspect.FrameInfo(frame, code.co_filename, frame.f_lineno, code.co_name, None, None))
+            frame = frame.f_back
+        return out
+
+    original, inspect.stack = inspect.stack, frames_only
+    try:
+        import tvm.s_tir.tensor_intrin  # noqa: F401
+    finally:
+        inspect.stack = original
+
+
+def _builder():
+    """MetaSchedule's LocalBuilder with a build function that skips its tensor-intrinsic import.
+
+    The default build imports tvm.s_tir.tensor_intrin first: about 27 s on a 2-core
+    machine, paid by every builder process, and the pool is new for every batch, so
+    builds hit the 30 s timeout and fail. Scheduled CPU kernels need none of it (a
+    tensorized block already holds the intrinsic's body).
+    """
+    from tvm.s_tir import meta_schedule as ms
+
+    def build(mod, target, _params):  # nested: cloudpickle sends it by value, without importing tftvm
+        from tvm.driver import build as tvm_build
+        from tvm.s_tir.transform import RemoveWeightLayoutRewriteBlock
+
+        return tvm_build(RemoveWeightLayoutRewriteBlock(skip_tensor_rewrite=True)(mod), target=target)
+
+    return ms.builder.LocalBuilder(f_build=build)
+
+
+def _per_iteration(trials: int, tasks: int) -> int:
+    """Candidates measured per search round: up to 64 (MetaSchedule's default), and few
+    enough that every task gets two rounds, so its cost model learns from the first."""
+    return max(1, min(64, trials // (2 * tasks)))
 
 
 def _with_cores(target):

@@ -33,7 +33,7 @@ def fuse(mod):
 class RelaxProgram:
     """Callable on TF tensors: runs the fused kernels of `mod["main"]` as tftvm ops."""
 
-    def __init__(self, mod, name: str, target=None, schedule: bool = True):
+    def __init__(self, mod, name: str, target=None, schedule: bool = True, database=None):
         import tensorflow as tf
         from tvm import relax
 
@@ -55,7 +55,7 @@ class RelaxProgram:
                     out_ty = value.ty_args[0]
                     n_out = len(out_ty.fields) if isinstance(out_ty, relax.TupleType) else 1
                     kernel = op(fused[gv], num_outputs=n_out, name=f"{name}/{gv.name_hint}",
-                                target=target, schedule=schedule)  # fmt: skip
+                                target=target, schedule=schedule, database=database)  # fmt: skip
                     self.kernels.append(kernel)
                     self._steps.append((binding.var, kernel, list(args.fields)))
                 elif isinstance(value, relax.Call) and getattr(value.op, "name", "") == "relax.reshape":

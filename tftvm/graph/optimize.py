@@ -16,9 +16,10 @@ log = logging.getLogger(__name__)
 class Optimized(tf.Module):
     """The optimized function: call it, trace it, save it; `report()` says what ran where."""
 
-    def __init__(self, frozen, clusters, reasons, run, input_signature):
+    def __init__(self, frozen, clusters, reasons, run, input_signature, rebuild):
         super().__init__()
         self._frozen, self._clusters, self._reasons = frozen, clusters, reasons
+        self._rebuild = rebuild
         structure = frozen.structured_outputs
 
         def call(*args):
@@ -32,6 +33,15 @@ class Optimized(tf.Module):
     def __call__(self, *args):  # Python looks special methods up on the class
         return self.__dict__["__call__"](*args)
 
+    def kernels(self) -> list:
+        """The tftvm ops of every compiled cluster, in cluster order (what `tftvm.tune` tunes)."""
+        return [k for c in self._clusters if c.program is not None for k in c.program.kernels]
+
+    def rebuilt(self, **options) -> "Optimized":
+        """`optimize` run again on the same function and signature with `options` changed
+        (e.g. database=): the kernel cache makes the unchanged kernels cheap."""
+        return self._rebuild(**options)
+
     def report(self) -> str:
         text = report.format_report(self._frozen, self._clusters, self._reasons)
         for i, (abs_err, rel_err) in enumerate(self.validation):
@@ -41,21 +51,23 @@ class Optimized(tf.Module):
 
 def optimize(fn, input_signature=None, *, cache_size: int = 8, min_cluster_size: int = 3,
              max_clusters: int | None = None, allow: set | None = None, deny: set | None = None, strict: bool = False,
-             target=None, progress=None, validate=False) -> Optimized:  # fmt: skip
+             target=None, progress=None, validate=False, database=None) -> Optimized:  # fmt: skip
     """Cluster the supported nodes of `fn`'s graph, compile each cluster with TVM, and
     return a callable that runs the clusters as tftvm ops and everything else in TF.
 
     `progress(done, total, step)` is called after each cluster is compiled.
     `validate=True` (random inputs, unknown dims = 2) or a list of inputs runs the
     original and the optimized function side by side; the errors go into the report.
+    `database` (default $TFTVM_TUNING_DB): MetaSchedule records from `tftvm.tune`;
+    kernels with a record compile their tuned schedule.
     Without `input_signature`, each new input signature compiles a variant (LRU of
     `cache_size`); a second shape of the same pattern compiles a symbolic variant.
     """
+    options = dict(min_cluster_size=min_cluster_size, max_clusters=max_clusters, allow=allow, deny=deny,
+                   strict=strict, target=target, progress=progress, database=database)  # fmt: skip
     if input_signature is None:
         from .adaptive import AdaptiveOptimized
 
-        options = dict(min_cluster_size=min_cluster_size, max_clusters=max_clusters, allow=allow,
-                       deny=deny, strict=strict, target=target, progress=progress)  # fmt: skip
         return AdaptiveOptimized(fn, lambda sig: optimize(fn, sig, **options), cache_size)
     frozen = freeze(fn, input_signature)
     nodes = list(frozen.graph_def.node)
@@ -77,12 +89,13 @@ def optimize(fn, input_signature=None, *, cache_size: int = 8, min_cluster_size:
         members = [by_name[name] for name in group]
         inputs, outputs = rewrite.cluster_boundary(members, frozen, consumers)
         step = rewrite.ClusterStep(index, members, inputs, outputs)
-        _compile(step, frozen, target, strict)
+        _compile(step, frozen, target, strict, database)
         clusters.append(step)
         if progress is not None:
             progress(index + 1, len(groups), step)
     run = rewrite.replay(frozen, clusters, _schedule(order, edges, clusters))
-    optimized = Optimized(frozen, clusters, reasons, run, input_signature)
+    optimized = Optimized(frozen, clusters, reasons, run, input_signature,
+                          lambda **changed: optimize(fn, input_signature, **{**options, **changed}))  # fmt: skip
     if validate is not False:
         inputs = _random_inputs(input_signature) if validate is True else list(validate)
         optimized.validation = _compare(fn, optimized, inputs)
@@ -117,12 +130,12 @@ def _compare(fn, optimized, inputs) -> list[tuple[float, float]]:
     return errors
 
 
-def _compile(step, frozen, target, strict) -> None:
+def _compile(step, frozen, target, strict, database) -> None:
     start = time.perf_counter()
     try:
         specs = [(t, frozen.tensor(t).dtype.name, tuple(frozen.tensor(t).shape.as_list())) for t in step.inputs]
         mod = convert.to_relax(step.nodes, specs, step.outputs)
-        step.program = lower.RelaxProgram(mod, name=f"cluster{step.index}", target=target)
+        step.program = lower.RelaxProgram(mod, name=f"cluster{step.index}", target=target, database=database)
     except Exception as err:  # any failure leaves the cluster in TF, with the reason
         if strict:
             raise

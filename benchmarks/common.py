@@ -1,0 +1,52 @@
+"""Shared by the benchmark scripts: timing, the machine line, and table printing."""
+from __future__ import annotations
+
+import os
+import platform
+import time
+
+import numpy as np
+
+
+def median_ms(fn, *args, repeats: int = 50, warmup: int = 3) -> float:
+    """Median wall time of `fn(*args)` in ms, each call synced by `.numpy()` on its outputs."""
+    for _ in range(warmup):
+        _sync(fn(*args))
+    samples = []
+    for _ in range(repeats):
+        start = time.perf_counter()
+        _sync(fn(*args))
+        samples.append(time.perf_counter() - start)
+    return 1e3 * float(np.median(samples))
+
+
+def _sync(out) -> None:
+    for t in out if isinstance(out, (tuple, list)) else [out]:
+        t.numpy()
+
+
+def machine() -> str:
+    """CPU model, core count and versions: the first line of every results table."""
+    import tensorflow as tf
+    import tvm
+
+    cpu = platform.processor() or platform.machine()
+    try:
+        with open("/proc/cpuinfo") as f:
+            cpu = next(line.split(":", 1)[1].strip() for line in f if line.startswith("model name"))
+    except (OSError, StopIteration):
+        pass
+    return f"{cpu}, {os.cpu_count()} cores; TF {tf.__version__}, TVM {tvm.__version__}"
+
+
+def print_table(rows: list[dict], columns: list[tuple[str, str]]) -> None:
+    """Rows of dicts as a fixed-width table; columns are (key, format) pairs, e.g. ("TF ms", ".3f")."""
+    widths = [max(len(key), 10) + 2 for key, _ in columns]
+    print("".join(f"{key:>{w}}" if i else f"{key:<{w + 16}}" for i, ((key, _), w) in enumerate(zip(columns, widths))))
+    for row in rows:
+        cells = []
+        for i, ((key, fmt), w) in enumerate(zip(columns, widths)):
+            value = row.get(key, "")
+            text = format(value, fmt) if isinstance(value, (int, float)) and fmt else str(value)
+            cells.append(f"{text:>{w}}" if i else f"{text:<{w + 16}}")
+        print("".join(cells), flush=True)
