@@ -17,6 +17,11 @@ VECTOR_BYTES = 64  # one AVX-512 register; LLVM splits it on narrower targets
 
 
 def default_cpu_schedule(mod):
+    return default_cpu_trace(mod).mod
+
+
+def default_cpu_trace(mod):
+    """The default schedule as a traced s_tir.Schedule (tuning records it as a candidate)."""
     from tvm import s_tir
 
     sch = s_tir.Schedule(mod)
@@ -35,7 +40,7 @@ def default_cpu_schedule(mod):
                 log.debug("default schedule left block as is: %s", err)
                 continue
             sch = trial
-    return sch.mod
+    return sch
 
 
 def _schedule_block(sch, block) -> None:

@@ -207,7 +207,35 @@ def _run_search(tasks, target, path, trials, seed, time_budget, progress) -> Non
         if time_budget is not None and elapsed > time_budget:
             log.info("tuning: time budget of %.0f s spent after %d trials; stopping", time_budget, state["done"])
             break
+    _record_default_schedules(tasks, tuning_target, path)
     log.info("tuned %d kernels in %.1f s", len(names), time.perf_counter() - state["start"])
+
+
+def _record_default_schedules(tasks, target, path) -> None:
+    """Measure tftvm's default schedule of each kernel as MetaSchedule measures its
+    candidates and add it to the database, so the best record is never slower than
+    the untuned kernel (few trials often find nothing better for small kernels)."""
+    import tvm
+    from tvm.s_tir import meta_schedule as ms
+
+    from .schedule import default_cpu_trace
+
+    db = ms.database.JSONDatabase(work_dir=str(path))
+    schedules = {name: default_cpu_trace(tvm.IRModule({"main": func})) for name, func in tasks.items()}
+    built = _builder().build([ms.builder.BuilderInput(sch.mod, target) for sch in schedules.values()])
+    args = {name: ms.arg_info.ArgInfo.from_prim_func(func) for name, func in tasks.items()}
+    runnable = [(name, b) for name, b in zip(schedules, built) if b.error_msg is None]
+    futures = ms.runner.LocalRunner().run([ms.runner.RunnerInput(b.artifact_path, "cpu", args[name])
+                                           for name, b in runnable])  # fmt: skip
+    for (name, _), future in zip(runnable, futures):
+        result = future.result()
+        if result.error_msg is not None:
+            log.warning("default schedule of %s did not run: %s", name, result.error_msg)
+            continue
+        workload_entry = db.commit_workload(tvm.IRModule({"main": tasks[name]}))
+        db.commit_tuning_record(ms.database.TuningRecord(schedules[name].trace, workload_entry,
+                                                         result.run_secs, target, args[name]))  # fmt: skip
+        log.info("%s: default schedule %.4g ms", name, 1e3 * float(sum(result.run_secs)) / len(result.run_secs))
 
 
 def _import_tensor_intrinsics() -> None:
