@@ -50,3 +50,16 @@ def print_table(rows: list[dict], columns: list[tuple[str, str]]) -> None:
             text = format(value, fmt) if isinstance(value, (int, float)) and fmt else str(value)
             cells.append(f"{text:>{w}}" if i else f"{text:<{w + 16}}")
         print("".join(cells), flush=True)
+
+
+def markdown_table(rows: list[dict], columns: list[tuple[str, str]]) -> str:
+    """The same rows and columns as print_table, as a Markdown table."""
+    lines = ["| " + " | ".join(key for key, _ in columns) + " |",
+             "|" + "|".join("---" if i == 0 else "---:" for i in range(len(columns))) + "|"]  # fmt: skip
+    for row in rows:
+        cells = []
+        for key, fmt in columns:
+            value = row.get(key, "")
+            cells.append(format(value, fmt) if isinstance(value, (int, float)) and fmt else str(value))
+        lines.append("| " + " | ".join(cells) + " |")
+    return "\n".join(lines)
