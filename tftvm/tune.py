@@ -99,7 +99,7 @@ def tune(target_obj, *, trials: int = 64, database=None, seed: int | None = None
     if isinstance(target_obj, Optimized):
         ops, rebuild = target_obj.kernels(), target_obj.rebuilt
     elif isinstance(target_obj, TvmOp):
-        ops, rebuild = [target_obj], lambda **kw: target_obj.rebuilt(**kw)
+        ops, rebuild = [target_obj], target_obj.rebuilt
     elif isinstance(target_obj, (list, tuple)) and target_obj and all(isinstance(o, TvmOp) for o in target_obj):
         ops, rebuild = list(target_obj), lambda **kw: [o.rebuilt(**kw) for o in target_obj]
     else:
@@ -122,7 +122,7 @@ def _tasks(ops, single: bool) -> dict:
     """Task name -> PrimFunc workload, one per distinct function (kernels repeat in models)."""
     import tvm_ffi
 
-    tasks, seen = {}, []
+    tasks = {}
     for op in ops:
         if op.prim_func is None:
             raise TypeError(f"tftvm op '{op.name}' was loaded from a library: it has no TVM IR to tune")
@@ -134,9 +134,8 @@ def _tasks(ops, single: bool) -> dict:
             log.info("not tuning '%s': %s", op.name, why)
             continue
         func = workload(op.prim_func)["main"]
-        if any(tvm_ffi.structural_equal(func, other) for other in seen):
+        if any(tvm_ffi.structural_equal(func, other) for other in tasks.values()):
             continue
-        seen.append(func)
         tasks[f"t{len(tasks):03d}_" + re.sub(r"\W", "_", op.name)] = func
     return tasks
 
