@@ -29,9 +29,10 @@ goes on. Times are the minimum over 3 interleaved rounds (TF, untuned, tuned,
 
 Each op is tuned by its own `tftvm.tune(op, trials=N)` call (default 64), so a
 row's `tune s` is that call's wall time and `trials` the candidates MetaSchedule
-measured (failed ones too; fewer where the search space runs out). MetaSchedule's
-one-time start-up in a process (its imports: ~1.5 min on 2 busy cores) is paid
-before the first row and shown apart, in the "tuning" table. Tuning goes into a
+measured (failed ones too; fewer where the search space runs out); the first
+row's time includes MetaSchedule's imports (a few seconds). tftvm.tune checks
+the best records against the default schedule and drops wrong ones, and every
+tuned op is checked against TF here before it is timed. Tuning goes into a
 fresh temporary database by default, so the tuning time is real. With
 `--database DIR`, an op that already has a record there is not tuned again (its
 row shows 0 trials, 0 s) and new records are kept in DIR for next time.
@@ -51,7 +52,6 @@ import contextlib
 import dataclasses
 import logging
 import math
-import os
 import sys
 import tempfile
 import time
@@ -273,7 +273,7 @@ def _has_record(op, database: Path) -> bool:
     asks. (Comparing kernel keys is not enough: a tuned schedule can compile to
     the very library the default schedule gives, as Q·Kᵀ 8x64x64x128's once did.)"""
     from tftvm.kernel import resolve_target
-    from tftvm.tune import tuned_schedule
+    from tftvm.records import tuned_schedule
 
     target = resolve_target(op.compile_options.get("target"))
     return tuned_schedule(op.prim_func, target, database) is not None
@@ -286,41 +286,6 @@ def _recorded(row: Row, database: Path):
     return tftvm.op(*row.case.te_fn(), name=row.case.name, database=database)
 
 
-def _record_count(row: Row, database: Path) -> int:
-    """Tuning records (measured trials, failed ones too) for the row's function in `database`."""
-    from tvm.s_tir import meta_schedule as ms
-
-    from tftvm.tune import workload  # the normal form records are keyed by
-
-    if not (database / "database_tuning_record.json").exists():
-        return 0
-    db = ms.database.JSONDatabase(work_dir=str(database), allow_missing=False)
-    mod = workload(row.untuned.prim_func)
-    if not db.has_workload(mod):
-        return 0
-    entry = db.commit_workload(mod)  # present already: returns the stored entry
-    return sum(r.workload.same_as(entry) for r in db.get_all_tuning_records())
-
-
-def _search_space_error(op) -> str | None:
-    """Why MetaSchedule cannot make a design space for `op`, or None; a second or
-    two, except the first call in a process, which pays MetaSchedule's imports."""
-    import tvm
-    from tvm.s_tir import meta_schedule as ms
-
-    from tftvm.kernel import resolve_target
-    from tftvm.tune import workload
-
-    target = dict(resolve_target(op.compile_options.get("target")).export())
-    target["num-cores"] = os.cpu_count() or 1  # as tftvm.tune gives MetaSchedule
-    try:
-        ms.TuneContext(mod=workload(op.prim_func), target=tvm.target.Target(target),
-                       space_generator="post-order-apply", task_name=op.name).generate_design_space()  # fmt: skip
-    except Exception as err:  # TVM raises its own error types
-        return _short(err)
-    return None
-
-
 def _tune(row: Row, trials: int, database: Path, reuse: bool) -> None:
     """Sets row.tuned, and the row's tuning seconds and measured trials."""
     if reuse and (recorded := _recorded(row, database)) is not None:
@@ -328,28 +293,15 @@ def _tune(row: Row, trials: int, database: Path, reuse: bool) -> None:
         row.tuned = recorded
         row.out.update({"tune s": 0.0, "trials": 0})
         return
-    why = _search_space_error(row.untuned)
-    if why is not None:  # tftvm.tune would fail the same way, after its set-up
-        raise RuntimeError(f"MetaSchedule cannot tune it: {why}")
-    before = _record_count(row, database)
     log.info("%s: tuning, %d trials", row.case.label, trials)
+    seen = []
     start = time.perf_counter()
-    row.tuned = tftvm.tune(row.untuned, trials=trials, database=database, seed=0)
+    row.tuned = tftvm.tune(row.untuned, trials=trials, database=database, seed=0, progress=seen.append)
     seconds = time.perf_counter() - start
-    row.out.update({"tune s": seconds, "trials": _record_count(row, database) - before})
+    row.out.update({"tune s": seconds, "trials": seen[-1].trials_done if seen else 0})
     log.info("%s: tuned in %.0f s", row.case.label, seconds)
-    if not _has_record(row.untuned, database):
-        _add_error(row.out, "no valid tuned schedule (every candidate failed)")
-    elif row.tuned.kernel.key == row.untuned.kernel.key:
+    if row.tuned.kernel.key == row.untuned.kernel.key:
         log.info("%s: the tuned schedule compiles to the default schedule's kernel", row.case.label)
-
-
-def _warm_up(op) -> float:
-    """Seconds of MetaSchedule's one-time start-up in this process (its imports),
-    paid here so the first row's tuning time does not carry it."""
-    start = time.perf_counter()
-    _search_space_error(op)
-    return time.perf_counter() - start
 
 
 def _interleaved_ms(fns: dict[str, Callable], args, repeats: int) -> dict[str, float]:
@@ -391,7 +343,7 @@ def run(trials: int | None = None, repeats: int | None = None, database=None,
         quick: bool = False) -> dict[str, list[dict]]:  # fmt: skip
     """Measure every section; section name -> rows (dicts keyed like the printed columns).
 
-    The extra section "tuning" holds MetaSchedule's one-time start-up seconds and the totals.
+    The extra section "tuning" holds the total trials and tuning seconds.
     """
     trials = trials or (QUICK_TRIALS if quick else DEFAULT_TRIALS)
     repeats = repeats or (QUICK_REPEATS if quick else DEFAULT_REPEATS)
@@ -408,10 +360,7 @@ def run(trials: int | None = None, repeats: int | None = None, database=None,
         database = Path(database)
         log.info("tuning database: %s; %d trials per op, %d repeats", database, trials, repeats)
         rows = [_prepare(case, name, empty_db) for name, cases in sections.items() for case in cases]
-        good = [r for r in rows if r.untuned is not None]
-        startup = _warm_up(good[0].untuned) if good else 0.0
-        log.info("MetaSchedule start-up: %.0f s", startup)
-        for row in good:
+        for row in (r for r in rows if r.untuned is not None):
             try:
                 _tune(row, trials, database, reuse)
             except Exception as err:  # the row keeps its TF and untuned times
@@ -427,11 +376,8 @@ def run(trials: int | None = None, repeats: int | None = None, database=None,
     results = {name: [r.out for r in rows if r.section == name]
                for name, cases in sections.items() if cases}  # fmt: skip
     tuned = [r.out for r in rows if r.out.get("trials")]
-    results["tuning"] = [
-        {"case": "MetaSchedule start-up", "tune s": startup},
-        {"case": f"{len(tuned)} ops tuned", "trials": sum(r["trials"] for r in tuned),
-         "tune s": sum(r["tune s"] for r in tuned)},
-    ]
+    results["tuning"] = [{"case": f"{len(tuned)} ops tuned", "trials": sum(r["trials"] for r in tuned),
+                          "tune s": sum(r["tune s"] for r in tuned)}]  # fmt: skip
     return results
 
 

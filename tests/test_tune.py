@@ -31,7 +31,7 @@ def test_tuned_op_matches_numpy_and_records_are_written(tuned, rng):
 
 def test_default_schedule_competes_with_the_searched_ones(tuned):
     from tvm.s_tir import meta_schedule as ms
-    from tftvm.tune import workload
+    from tftvm.records import workload
 
     untuned, _, database = tuned
     db = ms.database.JSONDatabase(work_dir=str(database), allow_missing=False)
@@ -109,3 +109,46 @@ def test_time_budget_stops_after_the_first_round(tmp_path):
     # Rounds of 16 // (2 * 2) = 4 candidates: the first round (one per task) is measured, then it stops.
     assert [p.trials_done for p in seen] == [4, 8]
     assert isinstance(tuned, list) and len(tuned) == 2
+
+
+def normalized_matmul():
+    """(A / rowsum(A)) @ V: a reduction feeding another, where TVM 0.27 can go wrong."""
+    A = te.placeholder((4, 8), name="A")
+    V = te.placeholder((8, 16), name="V")
+    rs, rv = te.reduce_axis((0, 8), "rs"), te.reduce_axis((0, 8), "rv")
+    S = te.compute((4,), lambda i: te.sum(A[i, rs], axis=rs), name="row_sum")
+    return [A, V], te.compute((4, 16), lambda i, j: te.sum(A[i, rv] / S[i] * V[rv, j], axis=rv), name="O")
+
+
+def test_a_record_that_computes_wrong_results_is_dropped(tmp_path, rng):
+    from tvm import s_tir
+    from tvm.s_tir import meta_schedule as ms
+    from tftvm.kernel import resolve_target
+    from tftvm.records import drop_wrong_records, workload
+    from tftvm.schedule import default_cpu_trace
+
+    untuned = tftvm.op(*normalized_matmul(), name="norm_mm")
+    mod, target = workload(untuned.prim_func), resolve_target(None)
+    # MetaSchedule's postprocessing does this to fused attention: the row sum computed
+    # inside O's reduction loop, its init hoisted out of that loop (apache/tvm#14791).
+    wrong = s_tir.Schedule(mod)
+    i, j, r = wrong.get_loops(wrong.get_sblock("O"))
+    wrong.compute_at(wrong.get_sblock("row_sum"), r)
+    wrong.decompose_reduction(wrong.get_sblock("row_sum"), wrong.get_loops(wrong.get_sblock("row_sum"))[2])
+    db = ms.database.JSONDatabase(work_dir=str(tmp_path))
+    entry, args = db.commit_workload(mod), ms.arg_info.ArgInfo.from_prim_func(mod["main"])
+    db.commit_tuning_record(ms.database.TuningRecord(wrong.trace, entry, [1e-6], target, args))  # "fastest"
+    db.commit_tuning_record(ms.database.TuningRecord(default_cpu_trace(mod).trace, entry, [1e-3], target, args))
+
+    a = rng.random((4, 8)).astype(np.float32) + 0.5
+    v = rng.standard_normal((8, 16)).astype(np.float32)
+    expected = (a / a.sum(axis=1, keepdims=True)) @ v
+    trusting = tftvm.op(*normalized_matmul(), name="norm_mm", database=tmp_path)
+    assert not np.allclose(trusting(a, v).numpy(), expected, atol=1e-3), "TVM no longer miscompiles this"
+
+    assert drop_wrong_records({"norm_mm": untuned.prim_func}, target, tmp_path) == 1
+    records = ms.database.JSONDatabase(work_dir=str(tmp_path), allow_missing=False).get_all_tuning_records()
+    assert [str(r.trace) for r in records] == [str(default_cpu_trace(mod).trace)]
+    checked = tftvm.op(*normalized_matmul(), name="norm_mm", database=tmp_path)
+    np.testing.assert_allclose(checked(a, v).numpy(), expected, rtol=1e-5, atol=1e-5)
+    assert drop_wrong_records({"norm_mm": untuned.prim_func}, target, tmp_path) == 0  # nothing left to drop

@@ -126,7 +126,7 @@ def compile_prim_func(func, *, func_name: str, num_outputs: int = 1, target=None
     """
     import tvm
 
-    from .tune import tuned_schedule
+    from .records import tuned_schedule
 
     signature = Signature.from_prim_func(func, num_outputs)
     target = resolve_target(target)

@@ -17,40 +17,10 @@ import logging
 import os
 import re
 import time
-from pathlib import Path
+
+from .records import DATABASE_ENV, database_dir, drop_wrong_records, workload
 
 log = logging.getLogger(__name__)
-
-DATABASE_ENV = "TFTVM_TUNING_DB"
-_DATABASE_FILES = ("database_workload.json", "database_tuning_record.json")
-
-
-def database_dir(database=None) -> Path | None:
-    """The database directory in use: the argument, else $TFTVM_TUNING_DB, else None."""
-    value = database if database is not None else os.environ.get(DATABASE_ENV) or None
-    return None if value is None else Path(value)
-
-
-def workload(func):
-    """The IRModule MetaSchedule records are keyed by (one normal form for tune and lookup)."""
-    import tvm
-
-    func = func.with_attr("global_symbol", "main").with_attr("tirx.noalias", True)
-    return tvm.IRModule({"main": func})
-
-
-def tuned_schedule(func, target, database):
-    """The best recorded schedule for `func` in `database`, or None (no directory, no record)."""
-    path = database_dir(database)
-    if path is None or not all((path / f).exists() for f in _DATABASE_FILES):
-        return None
-    from tvm.s_tir import meta_schedule as ms
-
-    try:
-        db = ms.database.JSONDatabase(work_dir=str(path), allow_missing=False)
-        return db.query_schedule(workload(func), target, workload_name="main")
-    except Exception as err:  # TVM reports a broken JSON file with its own error types
-        raise ValueError(f"tuning database {path} cannot be read: {err}") from err
 
 
 def symbolic_reason(func) -> str | None:
@@ -78,7 +48,7 @@ class TuneProgress:
 
 
 def tune(target_obj, *, trials: int = 64, database=None, seed: int | None = None,
-         time_budget: float | None = None, progress=None, target=None):  # fmt: skip
+         time_budget: float | None = None, progress=None):  # fmt: skip
     """Tune with MetaSchedule; return the same thing rebuilt with the tuned schedules.
 
     `target_obj`: a tftvm op, a list of tftvm ops, or a `tftvm.optimize` result
@@ -88,6 +58,9 @@ def tune(target_obj, *, trials: int = 64, database=None, seed: int | None = None
     default $TFTVM_TUNING_DB; records already there are kept and the best of all is
     used. `time_budget`: seconds after which the search stops (checked after each
     round of one batch per kernel). `progress(TuneProgress)` is called after each batch.
+    Kernels are tuned for the target they were compiled for. Before returning, the
+    best records are checked against the default schedule on random inputs and
+    wrong ones removed (see tftvm.records).
     """
     from .graph.optimize import Optimized
     from .op import TvmOp
@@ -113,8 +86,11 @@ def tune(target_obj, *, trials: int = 64, database=None, seed: int | None = None
         log.warning("nothing to tune: every kernel has symbolic dims")
         return target_obj
     path.mkdir(parents=True, exist_ok=True)
-    compile_target = _target_of(ops, target)
+    compile_target = _target_of(ops)
     _run_search(tasks, compile_target, path, trials, seed, time_budget, progress)
+    dropped = drop_wrong_records(tasks, compile_target, path)
+    if dropped:
+        log.warning("dropped %d tuning records whose kernels computed wrong results", dropped)
     return rebuild(database=path)
 
 
@@ -140,15 +116,14 @@ def _tasks(ops, single: bool) -> dict:
     return tasks
 
 
-def _target_of(ops, target):
-    from . import kernel as kernel_lib
+def _target_of(ops):
+    """The one target the ops were compiled for: records are measured on it."""
+    from .kernel import resolve_target
 
-    if target is None:
-        targets = {str(kernel_lib.resolve_target(o.compile_options.get("target"))) for o in ops}
-        if len(targets) > 1:
-            raise ValueError(f"the ops were built for different targets {sorted(targets)}; pass target=")
-        target = ops[0].compile_options.get("target")
-    return kernel_lib.resolve_target(target)
+    targets = {str(resolve_target(o.compile_options.get("target"))): o for o in ops}
+    if len(targets) > 1:
+        raise ValueError(f"the ops were built for different targets {sorted(targets)}; tune them apart")
+    return resolve_target(ops[0].compile_options.get("target"))
 
 
 def _run_search(tasks, target, path, trials, seed, time_budget, progress) -> None:

@@ -1,0 +1,176 @@
+"""The tuning database: where it is, what a record is keyed by, and which records to trust.
+
+MetaSchedule writes its records into a JSON database (two line-per-entry files);
+compiling an op asks it for the fastest record of the op's PrimFunc. The fastest
+record is not always right: TVM 0.27's `decompose_reduction`, run by MetaSchedule's
+postprocessing, can hoist a reduction's init out of a consumer's loop (apache/tvm
+#14791, closed as won't fix), and the kernel then computes a wrong answer at full
+speed. So after each search, `drop_wrong_records` runs the best records against
+the default schedule on random inputs and removes any that disagree.
+"""
+from __future__ import annotations
+
+import logging
+import os
+import tempfile
+from pathlib import Path
+
+import numpy as np
+
+log = logging.getLogger(__name__)
+
+DATABASE_ENV = "TFTVM_TUNING_DB"
+DATABASE_FILES = ("database_workload.json", "database_tuning_record.json")
+
+
+def database_dir(database=None) -> Path | None:
+    """The database directory in use: the argument, else $TFTVM_TUNING_DB, else None."""
+    value = database if database is not None else os.environ.get(DATABASE_ENV) or None
+    return None if value is None else Path(value)
+
+
+def workload(func):
+    """The IRModule MetaSchedule records are keyed by (one normal form for tune and lookup)."""
+    import tvm
+
+    func = func.with_attr("global_symbol", "main").with_attr("tirx.noalias", True)
+    return tvm.IRModule({"main": func})
+
+
+def tuned_schedule(func, target, database):
+    """The best recorded schedule for `func` in `database`, or None (no directory, no record)."""
+    path = database_dir(database)
+    if path is None or not all((path / f).exists() for f in DATABASE_FILES):
+        return None
+    from tvm.s_tir import meta_schedule as ms
+
+    try:
+        db = ms.database.JSONDatabase(work_dir=str(path), allow_missing=False)
+        return db.query_schedule(workload(func), target, workload_name="main")
+    except Exception as err:  # TVM reports a broken JSON file with its own error types
+        raise ValueError(f"tuning database {path} cannot be read: {err}") from err
+
+
+def drop_wrong_records(funcs: dict, target, path: Path, seed: int = 0) -> int:
+    """For each PrimFunc, check its records fastest first against the default schedule
+    until one agrees; remove the ones that did not from the database. Returns how many."""
+    from tvm.s_tir import meta_schedule as ms
+
+    db = ms.database.JSONDatabase(work_dir=str(path), allow_missing=False)
+    wrong = []
+    for name, func in funcs.items():
+        mod = workload(func)
+        records = db.get_top_k(db.commit_workload(mod), len(db))
+        if not records:
+            continue
+        args = _random_args(func, np.random.default_rng(seed))
+        expected = _run(_default_module(mod), target, args)
+        for rank, record in enumerate(records):
+            why = _disagreement(_scheduled(mod, record), target, args, expected)
+            if why is None:
+                log.info("%s: best record checked against the default schedule (%d wrong before it)", name, rank)
+                break
+            log.warning("%s: dropping a tuning record that disagrees with the default schedule: %s", name, why)
+            wrong.append(record)
+    if wrong:
+        _rewrite_without(db, wrong, path)
+    return len(wrong)
+
+
+def _scheduled(mod, record):
+    """The module as `query_schedule` makes it from a record."""
+    from tvm import s_tir
+
+    sch = s_tir.Schedule(mod)
+    record.trace.apply_to_schedule(sch, remove_postproc=False)
+    return sch.mod
+
+
+def _default_module(mod):
+    from .schedule import default_cpu_schedule
+
+    return default_cpu_schedule(mod)
+
+
+def _random_args(func, rng) -> list[np.ndarray]:
+    """Random contents for every buffer, outputs too (a kernel that skips part of an
+    output then leaves different values there than one that writes it). Integers are
+    0 or 1: they may be indices, and any axis has at least one element."""
+    arrays = []
+    for param in func.params:
+        ty = param.ty
+        shape, dtype = [int(d) for d in ty.shape], _numpy_dtype(str(ty.dtype))
+        if dtype.kind == "f" or dtype.name == "bfloat16":
+            arrays.append(rng.standard_normal(shape).astype(dtype))
+        elif dtype.kind == "b":
+            arrays.append(rng.integers(0, 2, shape).astype(bool))
+        else:
+            arrays.append(rng.integers(0, 2, shape).astype(dtype))
+    return arrays
+
+
+def _numpy_dtype(name: str) -> np.dtype:
+    try:
+        return np.dtype(name)
+    except TypeError:  # bfloat16 and the float8s live in ml_dtypes
+        import ml_dtypes
+
+        return np.dtype(getattr(ml_dtypes, name))
+
+
+def _run(mod, target, args) -> list[np.ndarray]:
+    import tvm
+
+    tensors = [tvm.runtime.tensor(a.copy()) for a in args]
+    tvm.compile(mod, target=target)["main"](*tensors)
+    return [t.numpy() for t in tensors]
+
+
+def _disagreement(mod, target, args, expected) -> str | None:
+    """Why the scheduled module's results differ from `expected`, or None."""
+    try:
+        got = _run(mod, target, args)
+    except Exception as err:  # a record whose trace no longer applies or builds is no good either
+        return f"it does not build or run: {str(err).strip().splitlines()[-1] if str(err).strip() else err!r}"
+    for index, (g, e) in enumerate(zip(got, expected)):
+        if not _close(g, e):
+            with np.errstate(invalid="ignore"):
+                diff = np.abs(g.astype(np.float64) - e.astype(np.float64))
+            return f"buffer {index} differs by up to {np.nanmax(diff):.3g}"
+    return None
+
+
+def _close(got: np.ndarray, expected: np.ndarray) -> bool:
+    """Equal for integers; for floats, within what a reordered sum can change."""
+    if got.dtype.kind not in "fV" and got.dtype.name != "bfloat16":
+        return np.array_equal(got, expected)
+    rtol = 1e-3 if got.dtype.itemsize >= 4 else 3e-2  # float16 and bfloat16 round far more
+    got, expected = got.astype(np.float64), expected.astype(np.float64)
+    finite = np.abs(expected[np.isfinite(expected)])
+    scale = max(1.0, float(finite.max())) if finite.size else 1.0
+    return bool(np.allclose(got, expected, rtol=rtol, atol=rtol * scale, equal_nan=True))
+
+
+def _rewrite_without(db, wrong: list, path: Path) -> None:
+    """The database again without the `wrong` records (its files are append-only,
+    so it is written anew beside them and moved into place)."""
+    from tvm.s_tir import meta_schedule as ms
+
+    drop = {_identity(r) for r in wrong}
+    with tempfile.TemporaryDirectory(dir=path, prefix=".rewrite-") as tmp:
+        fresh = ms.database.JSONDatabase(work_dir=tmp)
+        for record in db.get_all_tuning_records():
+            if _identity(record) in drop:
+                continue
+            entry = fresh.commit_workload(record.workload.mod)
+            fresh.commit_tuning_record(ms.database.TuningRecord(record.trace, entry, record.run_secs,
+                                                                record.target, record.args_info))  # fmt: skip
+        for name in DATABASE_FILES:
+            os.replace(Path(tmp) / name, path / name)
+
+
+def _identity(record) -> tuple:
+    import tvm_ffi
+
+    times = tuple(float(t) for t in record.run_secs) if record.run_secs else ()
+    return tvm_ffi.structural_hash(record.workload.mod), str(record.trace), times
