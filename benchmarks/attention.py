@@ -19,7 +19,10 @@ What is measured, float32, inputs are tf.constant standard normals:
 * fused attention softmax(Q·Kᵀ/sqrt(d))·V as ONE TVM kernel (stages: scores,
   row max, exp, row sum, normalized product with V) vs the TF op sequence in
   tf.function and in tf.function(jit_compile=True) (XLA). Here all three run
-  inside a tf.function, so each pays the same function-call overhead.
+  inside a tf.function, so each pays the same function-call overhead. Its
+  tuned op is tuned from `attention_schedule`, a hand schedule (one query row
+  per task) that MetaSchedule's candidates compete with: the tuned time is the
+  best of both, as a TVM user would tune a kernel they had scheduled.
 
 Each row: TF ms, tftvm untuned (default CPU schedule) ms, tftvm tuned ms, their
 ratios to TF, the tuning seconds and trials. Every tftvm result is checked
@@ -105,6 +108,7 @@ class Case:
     tf_fn: Callable  # the TF reference, called with the same tensors
     input_shapes: list[tuple[int, ...]]
     xla_fn: Callable | None = None  # fused attention only
+    schedule: Callable | None = None  # a hand schedule that competes in tuning (fused attention)
     graph: bool = False  # time the tftvm op inside a tf.function (as the TF reference is)
 
 
@@ -155,6 +159,31 @@ def attention_te(b, s, t, d):
     # no design space at all (its reverse-compute-at fails).
     out = te.compute((b, s, d), lambda i, x, j: te.sum(prob[i, x, rv] * V[i, rv, j], axis=rv), name="O")
     return [Q, K, V], [out]
+
+
+def attention_schedule(sch) -> None:
+    """A hand schedule for attention_te, given to tftvm.op(schedule=): one query row
+    per parallel task, every stage of the row computed right before its use (the
+    scores as 16-lane partial dot products), the output row accumulated in
+    registers. tftvm.tune measures it beside MetaSchedule's candidates."""
+    rd = sch.get_loops(sch.get_sblock("scores"))[-1]
+    rd_outer, rd_lanes = sch.split(rd, [None, 16])
+    sch.rfactor(rd_lanes, 0)  # the block "scores_rf": 16 partial sums per score
+    out = sch.get_sblock("O")
+    i, x, j, rv = sch.get_loops(out)
+    sch.reorder(i, x, rv, j)
+    row = sch.fuse(i, x)
+    write_back = sch.cache_write(out, 0, "local")
+    sch.reverse_compute_at(write_back, row)
+    for stage in ["P", "row_sum", "exp", "row_max", "scores", "scores_rf"]:  # consumers first
+        sch.compute_at(sch.get_sblock(stage), row)
+    _, lanes, y, outer = sch.get_loops(sch.get_sblock("scores_rf"))
+    sch.reorder(y, outer, lanes)
+    sch.vectorize(lanes)
+    sch.parallel(row)
+    sch.vectorize(j)
+    sch.vectorize(sch.get_loops(write_back)[-1])
+    sch.decompose_reduction(out, rv)
 
 
 # ---- TF references ----------------------------------------------------------
@@ -208,7 +237,8 @@ def attention_cases(shapes) -> list[Case]:
     xla_fn = tf.function(tf_attention, jit_compile=True)
     return [
         Case(f"attn {_dims(s)}", f"attn_{_dims(s)}", lambda s=s: attention_te(*s), graph_fn,
-             [(s[0], s[1], s[3]), (s[0], s[2], s[3]), (s[0], s[2], s[3])], xla_fn=xla_fn, graph=True)  # fmt: skip
+             [(s[0], s[1], s[3]), (s[0], s[2], s[3]), (s[0], s[2], s[3])], xla_fn=xla_fn, graph=True,
+             schedule=attention_schedule)  # fmt: skip
         for s in shapes
     ]
 
@@ -296,7 +326,10 @@ def _tune(row: Row, trials: int, database: Path, reuse: bool) -> None:
     log.info("%s: tuning, %d trials", row.case.label, trials)
     seen = []
     start = time.perf_counter()
-    row.tuned = tftvm.tune(row.untuned, trials=trials, database=database, seed=0, progress=seen.append)
+    op = row.untuned
+    if row.case.schedule is not None:  # the hand schedule joins the candidates
+        op = tftvm.op(*row.case.te_fn(), name=row.case.name, schedule=row.case.schedule, database=database)
+    row.tuned = tftvm.tune(op, trials=trials, database=database, seed=0, progress=seen.append)
     seconds = time.perf_counter() - start
     row.out.update({"tune s": seconds, "trials": seen[-1].trials_done if seen else 0})
     log.info("%s: tuned in %.0f s", row.case.label, seconds)

@@ -152,3 +152,38 @@ def test_a_record_that_computes_wrong_results_is_dropped(tmp_path, rng):
     checked = tftvm.op(*normalized_matmul(), name="norm_mm", database=tmp_path)
     np.testing.assert_allclose(checked(a, v).numpy(), expected, rtol=1e-5, atol=1e-5)
     assert drop_wrong_records({"norm_mm": untuned.prim_func}, target, tmp_path) == 0  # nothing left to drop
+
+
+def own_matmul_schedule(sch):
+    """A hand schedule: rows in parallel, 16 columns at a time in a vector."""
+    i, j, r = sch.get_loops(sch.get_sblock("C"))
+    jo, ji = sch.split(j, [None, 16])
+    sch.reorder(i, jo, r, ji)
+    sch.parallel(i)
+    sch.vectorize(ji)
+
+
+def test_own_schedule_is_compiled_and_competes_in_tuning(tmp_path, rng):
+    from tvm.s_tir import meta_schedule as ms
+    from tftvm.records import workload
+    from tftvm.schedule import custom_trace
+
+    a, b = (rng.standard_normal((32, 32)).astype(np.float32) for _ in range(2))
+    own = tftvm.op(*matmul(), name="own_mm", schedule=own_matmul_schedule)
+    np.testing.assert_allclose(own(a, b).numpy(), a @ b, rtol=1e-4, atol=1e-4)
+    assert own.kernel.key != tftvm.op(*matmul(), name="own_mm").kernel.key  # not the default schedule
+    tuned = tftvm.tune(own, trials=1, database=tmp_path, seed=0)
+    np.testing.assert_allclose(tuned(a, b).numpy(), a @ b, rtol=1e-4, atol=1e-4)
+    traces = [str(r.trace) for r in ms.database.JSONDatabase(work_dir=str(tmp_path)).get_all_tuning_records()]
+    assert str(custom_trace(workload(own.prim_func), own_matmul_schedule).trace) in traces
+
+
+def test_bad_schedule_arguments_are_clear_errors():
+    with pytest.raises(TypeError, match="schedule must be True, False or a function"):
+        tftvm.op(*matmul(), name="bad_schedule", schedule="fast")
+
+    def broken(sch):
+        sch.get_sblock("no_such_block")
+
+    with pytest.raises(ValueError, match="schedule function broken failed on 'bad_schedule'"):
+        tftvm.op(*matmul(), name="bad_schedule", schedule=broken)

@@ -118,11 +118,13 @@ def _schedule_id(schedule: bool) -> str:
 
 
 def compile_prim_func(func, *, func_name: str, num_outputs: int = 1, target=None,
-                      schedule: bool = True, database=None) -> Kernel:  # fmt: skip
+                      schedule=True, database=None) -> Kernel:  # fmt: skip
     """Compile one PrimFunc to a Kernel, or load it from the disk cache.
 
-    A MetaSchedule record for `func` in `database` (default $TFTVM_TUNING_DB) wins
-    over the default schedule.
+    `schedule`: True for the default CPU schedule, False for the function as
+    written, or a function that schedules an s_tir.Schedule in place. A
+    MetaSchedule record for `func` in `database` (default $TFTVM_TUNING_DB) wins
+    over all of them.
     """
     import tvm
 
@@ -134,9 +136,15 @@ def compile_prim_func(func, *, func_name: str, num_outputs: int = 1, target=None
     if tuned is not None:
         log.info("kernel %s: using its tuned schedule", func_name)
         func, schedule_id = tuned.mod["main"], "schedule=tuned"
+    elif callable(schedule):  # keyed by the scheduled IR itself, below
+        schedule_id = "schedule=custom"
     else:
         schedule_id = _schedule_id(schedule)
     mod = tvm.IRModule({func_name: func.with_attr("global_symbol", func_name)})
+    if tuned is None and callable(schedule):
+        from .schedule import custom_trace
+
+        mod = custom_trace(mod, schedule).mod
     content = hashlib.sha256(
         "\n".join([str(CACHE_FORMAT), _versions(), str(target), schedule_id,
                    mod.script(show_meta=True)]).encode()  # fmt: skip
@@ -145,7 +153,7 @@ def compile_prim_func(func, *, func_name: str, num_outputs: int = 1, target=None
     if kernel is not None:
         log.debug("kernel %s: loaded from the disk cache", func_name)
         return kernel
-    if schedule and tuned is None:
+    if schedule is True and tuned is None:
         from .schedule import default_cpu_schedule
 
         mod = default_cpu_schedule(mod)

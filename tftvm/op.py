@@ -132,7 +132,7 @@ def _symbol(name: str) -> str:
 
 
 def op(inputs_or_func, outputs=None, *, name: str | None = None, func_name: str | None = None,
-       num_outputs: int | None = None, target=None, schedule: bool = True,
+       num_outputs: int | None = None, target=None, schedule=True,
        grad=None, database=None) -> TvmOp:  # fmt: skip
     """Turn a TVM function into a TF op.
 
@@ -147,8 +147,12 @@ def op(inputs_or_func, outputs=None, *, name: str | None = None, func_name: str 
     floating-point input. Upstream gradients of unused outputs arrive as zeros.
     `grad="auto"` (TE form) derives that backward from the TE compute and
     compiles it as another tftvm op (see autodiff.py for what it covers).
+    `schedule`: True (default) for tftvm's default CPU schedule, False to compile
+    the function as written, or your own schedule: a function that takes an
+    `s_tir.Schedule` of the PrimFunc and schedules it in place (`tftvm.tune` then
+    measures it beside MetaSchedule's candidates).
     `database` (default $TFTVM_TUNING_DB): a MetaSchedule database written by
-    `tftvm.tune`; a record for this function replaces the default schedule.
+    `tftvm.tune`; a record for this function replaces the schedule.
     """
     import tvm
     from tvm import te, tirx
@@ -185,6 +189,9 @@ def op(inputs_or_func, outputs=None, *, name: str | None = None, func_name: str 
             f"{type(inputs_or_func).__name__}; for an exported library use tftvm.load_op(path, ...)"
         )
     name = name or func_name or default_name
+    if not (isinstance(schedule, bool) or callable(schedule)):
+        raise TypeError(f"schedule must be True, False or a function that schedules an s_tir.Schedule, "
+                        f"got {type(schedule).__name__}")  # fmt: skip
     if isinstance(grad, str) and grad == "auto":
         if not te_form:
             raise ValueError(f"grad='auto' for '{name}' needs the TE form tftvm.op(inputs, outputs)")

@@ -20,6 +20,21 @@ def default_cpu_schedule(mod):
     return default_cpu_trace(mod).mod
 
 
+def custom_trace(mod, schedule_fn):
+    """`schedule_fn(sch)` applied to the module's one PrimFunc, as a traced s_tir.Schedule."""
+    from tvm import s_tir
+
+    sch = s_tir.Schedule(mod)
+    (gv,) = mod.get_global_vars()
+    sch.work_on(gv.name_hint)
+    try:
+        schedule_fn(sch)
+    except Exception as err:  # TVM raises its own error types for refused steps
+        name = getattr(schedule_fn, "__name__", repr(schedule_fn))
+        raise ValueError(f"schedule function {name} failed on '{gv.name_hint}': {err}") from err
+    return sch
+
+
 def default_cpu_trace(mod):
     """The default schedule as a traced s_tir.Schedule (tuning records it as a candidate)."""
     from tvm import s_tir

@@ -81,24 +81,25 @@ def tune(target_obj, *, trials: int = 64, database=None, seed: int | None = None
     path = database_dir(database)
     if path is None:
         raise ValueError(f"tftvm.tune needs database= (a directory) or ${DATABASE_ENV}")
-    tasks = _tasks(ops, single=isinstance(target_obj, TvmOp))
+    tasks, own_schedules = _tasks(ops, single=isinstance(target_obj, TvmOp))
     if not tasks:
         log.warning("nothing to tune: every kernel has symbolic dims")
         return target_obj
     path.mkdir(parents=True, exist_ok=True)
     compile_target = _target_of(ops)
-    _run_search(tasks, compile_target, path, trials, seed, time_budget, progress)
+    _run_search(tasks, own_schedules, compile_target, path, trials, seed, time_budget, progress)
     dropped = drop_wrong_records(tasks, compile_target, path)
     if dropped:
         log.warning("dropped %d tuning records whose kernels computed wrong results", dropped)
     return rebuild(database=path)
 
 
-def _tasks(ops, single: bool) -> dict:
-    """Task name -> PrimFunc workload, one per distinct function (kernels repeat in models)."""
+def _tasks(ops, single: bool) -> tuple[dict, dict]:
+    """Task name -> PrimFunc workload, one per distinct function (kernels repeat in models),
+    and task name -> the op's own schedule function, where it has one."""
     import tvm_ffi
 
-    tasks = {}
+    tasks, own_schedules = {}, {}
     for op in ops:
         if op.prim_func is None:
             raise TypeError(f"tftvm op '{op.name}' was loaded from a library: it has no TVM IR to tune")
@@ -112,8 +113,11 @@ def _tasks(ops, single: bool) -> dict:
         func = workload(op.prim_func)["main"]
         if any(tvm_ffi.structural_equal(func, other) for other in tasks.values()):
             continue
-        tasks[f"t{len(tasks):03d}_" + re.sub(r"\W", "_", op.name)] = func
-    return tasks
+        name = f"t{len(tasks):03d}_" + re.sub(r"\W", "_", op.name)
+        tasks[name] = func
+        if callable(op.compile_options.get("schedule")):
+            own_schedules[name] = op.compile_options["schedule"]
+    return tasks, own_schedules
 
 
 def _target_of(ops):
@@ -126,7 +130,7 @@ def _target_of(ops):
     return resolve_target(ops[0].compile_options.get("target"))
 
 
-def _run_search(tasks, target, path, trials, seed, time_budget, progress) -> None:
+def _run_search(tasks, own_schedules, target, path, trials, seed, time_budget, progress) -> None:
     """MetaSchedule in rounds of one batch per kernel, so the budget is checked between rounds.
 
     (Stopping tasks from inside MetaSchedule's scheduler trips its own checks.) One
@@ -181,35 +185,41 @@ def _run_search(tasks, target, path, trials, seed, time_budget, progress) -> Non
         if time_budget is not None and elapsed > time_budget:
             log.info("tuning: time budget of %.0f s spent after %d trials; stopping", time_budget, state["done"])
             break
-    _record_default_schedules(tasks, tuning_target, path)
+    _record_schedules(tasks, own_schedules, tuning_target, path)
     log.info("tuned %d kernels in %.1f s", len(names), time.perf_counter() - state["start"])
 
 
-def _record_default_schedules(tasks, target, path) -> None:
-    """Measure tftvm's default schedule of each kernel as MetaSchedule measures its
-    candidates and add it to the database, so the best record is never slower than
-    the untuned kernel (few trials often find nothing better for small kernels)."""
+def _record_schedules(tasks, own_schedules, target, path) -> None:
+    """Measure tftvm's default schedule of each kernel, and the op's own schedule where
+    it has one, as MetaSchedule measures its candidates, and add them to the database:
+    the best record is then never slower than the untuned kernel (few trials often
+    find nothing better for small kernels) nor than the user's hand schedule."""
     import tvm
     from tvm.s_tir import meta_schedule as ms
 
-    from .schedule import default_cpu_trace
+    from .schedule import custom_trace, default_cpu_trace
 
     db = ms.database.JSONDatabase(work_dir=str(path))
-    schedules = {name: default_cpu_trace(tvm.IRModule({"main": func})) for name, func in tasks.items()}
-    built = _builder().build([ms.builder.BuilderInput(sch.mod, target) for sch in schedules.values()])
+    schedules = [(name, "default", default_cpu_trace(tvm.IRModule({"main": func}))) for name, func in tasks.items()]
+    schedules += [(name, "own", custom_trace(tvm.IRModule({"main": tasks[name]}), fn))
+                  for name, fn in own_schedules.items()]  # fmt: skip
+    built = _builder().build([ms.builder.BuilderInput(sch.mod, target) for _, _, sch in schedules])
     args = {name: ms.arg_info.ArgInfo.from_prim_func(func) for name, func in tasks.items()}
-    runnable = [(name, b) for name, b in zip(schedules, built) if b.error_msg is None]
+    for (name, kind, _), b in zip(schedules, built):
+        if b.error_msg is not None:
+            log.warning("%s schedule of %s did not build: %s", kind, name, b.error_msg)
+    runnable = [(s, b) for s, b in zip(schedules, built) if b.error_msg is None]
     futures = ms.runner.LocalRunner().run([ms.runner.RunnerInput(b.artifact_path, "cpu", args[name])
-                                           for name, b in runnable])  # fmt: skip
-    for (name, _), future in zip(runnable, futures):
+                                           for (name, _, _), b in runnable])  # fmt: skip
+    for ((name, kind, sch), _), future in zip(runnable, futures):
         result = future.result()
         if result.error_msg is not None:
-            log.warning("default schedule of %s did not run: %s", name, result.error_msg)
+            log.warning("%s schedule of %s did not run: %s", kind, name, result.error_msg)
             continue
         workload_entry = db.commit_workload(tvm.IRModule({"main": tasks[name]}))
-        db.commit_tuning_record(ms.database.TuningRecord(schedules[name].trace, workload_entry,
+        db.commit_tuning_record(ms.database.TuningRecord(sch.trace, workload_entry,
                                                          result.run_secs, target, args[name]))  # fmt: skip
-        log.info("%s: default schedule %.4g ms", name, 1e3 * float(sum(result.run_secs)) / len(result.run_secs))
+        log.info("%s: %s schedule %.4g ms", name, kind, 1e3 * float(sum(result.run_secs)) / len(result.run_secs))
 
 
 def _import_tensor_intrinsics() -> None:
