@@ -136,15 +136,13 @@ def compile_prim_func(func, *, func_name: str, num_outputs: int = 1, target=None
     if tuned is not None:
         log.info("kernel %s: using its tuned schedule", func_name)
         func, schedule_id = tuned.mod["main"], "schedule=tuned"
-    elif callable(schedule):  # keyed by the scheduled IR itself, below
-        schedule_id = "schedule=custom"
-    else:
-        schedule_id = _schedule_id(schedule)
     mod = tvm.IRModule({func_name: func.with_attr("global_symbol", func_name)})
-    if tuned is None and callable(schedule):
+    if tuned is None and callable(schedule):  # keyed by the scheduled IR itself, below
         from .schedule import custom_trace
 
-        mod = custom_trace(mod, schedule).mod
+        mod, schedule_id = custom_trace(mod, schedule).mod, "schedule=custom"
+    elif tuned is None:
+        schedule_id = _schedule_id(schedule)
     content = hashlib.sha256(
         "\n".join([str(CACHE_FORMAT), _versions(), str(target), schedule_id,
                    mod.script(show_meta=True)]).encode()  # fmt: skip

@@ -56,6 +56,8 @@ def drop_wrong_records(funcs: dict, target, path: Path, seed: int = 0) -> int:
     until one agrees; remove the ones that did not from the database. Returns how many."""
     from tvm.s_tir import meta_schedule as ms
 
+    from .schedule import default_cpu_schedule
+
     db = ms.database.JSONDatabase(work_dir=str(path), allow_missing=False)
     wrong = []
     for name, func in funcs.items():
@@ -64,7 +66,7 @@ def drop_wrong_records(funcs: dict, target, path: Path, seed: int = 0) -> int:
         if not records:
             continue
         args = _random_args(func, np.random.default_rng(seed))
-        expected = _run(_default_module(mod), target, args)
+        expected = _run(default_cpu_schedule(mod), target, args)
         for rank, record in enumerate(records):
             why = _disagreement(_scheduled(mod, record), target, args, expected)
             if why is None:
@@ -84,12 +86,6 @@ def _scheduled(mod, record):
     sch = s_tir.Schedule(mod)
     record.trace.apply_to_schedule(sch, remove_postproc=False)
     return sch.mod
-
-
-def _default_module(mod):
-    from .schedule import default_cpu_schedule
-
-    return default_cpu_schedule(mod)
 
 
 def _random_args(func, rng) -> list[np.ndarray]:

@@ -124,7 +124,7 @@ def _target_of(ops):
     """The one target the ops were compiled for: records are measured on it."""
     from .kernel import resolve_target
 
-    targets = {str(resolve_target(o.compile_options.get("target"))): o for o in ops}
+    targets = {str(resolve_target(o.compile_options.get("target"))) for o in ops}
     if len(targets) > 1:
         raise ValueError(f"the ops were built for different targets {sorted(targets)}; tune them apart")
     return resolve_target(ops[0].compile_options.get("target"))
@@ -194,15 +194,13 @@ def _record_schedules(tasks, own_schedules, target, path) -> None:
     it has one, as MetaSchedule measures its candidates, and add them to the database:
     the best record is then never slower than the untuned kernel (few trials often
     find nothing better for small kernels) nor than the user's hand schedule."""
-    import tvm
     from tvm.s_tir import meta_schedule as ms
 
     from .schedule import custom_trace, default_cpu_trace
 
     db = ms.database.JSONDatabase(work_dir=str(path))
-    schedules = [(name, "default", default_cpu_trace(tvm.IRModule({"main": func}))) for name, func in tasks.items()]
-    schedules += [(name, "own", custom_trace(tvm.IRModule({"main": tasks[name]}), fn))
-                  for name, fn in own_schedules.items()]  # fmt: skip
+    schedules = [(name, "default", default_cpu_trace(workload(func))) for name, func in tasks.items()]
+    schedules += [(name, "own", custom_trace(workload(tasks[name]), fn)) for name, fn in own_schedules.items()]
     built = _builder().build([ms.builder.BuilderInput(sch.mod, target) for _, _, sch in schedules])
     args = {name: ms.arg_info.ArgInfo.from_prim_func(func) for name, func in tasks.items()}
     for (name, kind, _), b in zip(schedules, built):
@@ -216,7 +214,7 @@ def _record_schedules(tasks, own_schedules, target, path) -> None:
         if result.error_msg is not None:
             log.warning("%s schedule of %s did not run: %s", kind, name, result.error_msg)
             continue
-        workload_entry = db.commit_workload(tvm.IRModule({"main": tasks[name]}))
+        workload_entry = db.commit_workload(workload(tasks[name]))
         db.commit_tuning_record(ms.database.TuningRecord(sch.trace, workload_entry,
                                                          result.run_secs, target, args[name]))  # fmt: skip
         log.info("%s: %s schedule %.4g ms", name, kind, 1e3 * float(sum(result.run_secs)) / len(result.run_secs))
