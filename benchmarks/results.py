@@ -9,7 +9,7 @@ attention (attention.py, each op tuned with --trials), and the end-to-end models
 block tftvm tuned with --trials-per-kernel, at most --time-budget seconds each).
 Every ratio is to TF measured in the same run. The Markdown file records the
 machine, versions, trials and tuning times; the chart shows every ratio to TF.
-Takes about 50 minutes on 2 cores (nearly all of it tuning); --quick is a smoke run.
+Takes 35-50 minutes on 2 cores (nearly all of it tuning); --quick is a smoke run.
 Needs `pip install -e ".[bench]"` (MetaSchedule's packages and matplotlib).
 """
 from __future__ import annotations

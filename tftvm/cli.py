@@ -127,6 +127,21 @@ def _tune(args) -> int:
     return 0
 
 
+def _codegen(args) -> int:
+    from .codegen import codegen, load_object
+
+    file = args.target.rpartition(":")[0]
+    try:
+        target = load_object(args.target)
+        reference = load_object(f"{file}:{args.reference}") if args.reference else None
+    except (ValueError, OSError, AttributeError) as err:
+        raise _UsageError(str(err)) from None
+    out = codegen(target, args.out, reference=reference, op_type=args.op_type)
+    print(f"wrote {out}: build it with `{out}/build.sh`, then test it with "
+          f"`python {out}/test_*.py`; {out}/README.md explains each file")
+    return 0
+
+
 def _build_native(args) -> int:
     from . import native
 
@@ -157,11 +172,18 @@ def main(argv: list[str] | None = None) -> int:
     tun.add_argument("--batch", type=int, default=1, help="the batch size to tune for (default 1)")
     tun.add_argument("--signature", default="serving_default", help="signature to optimize")
     tun.add_argument("--min-cluster-size", type=int, default=3)
+    gen = sub.add_parser("codegen", help="write a standalone C++ TF op project for one TVM function")
+    gen.add_argument("target", metavar="FILE.py:NAME",
+                     help="a tftvm op (or a PrimFunc / IRModule) defined in FILE.py")
+    gen.add_argument("--out", required=True, help="directory to write the project into")
+    gen.add_argument("--reference", metavar="FUNC",
+                     help="a NumPy function in the same file for the generated test to check against")
+    gen.add_argument("--op-type", help="the TF op name (default: NAME in CamelCase)")
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO if args.verbose else logging.WARNING,
                         format="%(levelname)s %(name)s: %(message)s")  # fmt: skip
     handler = {"demo": _demo, "doctor": _doctor, "build-native": _build_native,
-               "optimize": _optimize, "tune": _tune}[args.command]  # fmt: skip
+               "optimize": _optimize, "tune": _tune, "codegen": _codegen}[args.command]  # fmt: skip
     try:
         return handler(args)
     except _UsageError as err:

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import operator
 from typing import Sequence
 
 import tensorflow as tf
@@ -222,3 +223,25 @@ def _format_dim(dim: str, var_names: Sequence[str]) -> str:
             stack.append(f"{token}({a}, {b})" if token in ("min", "max") else f"({a} {sym} {b})")
     return stack[-1]
 
+
+
+_ARITHMETIC = {"+": operator.add, "-": operator.sub, "*": operator.mul, "/": operator.floordiv,
+               "%": operator.mod, "min": min, "max": max}  # fmt: skip
+
+
+def evaluate_dim(dim: str, values: Sequence[int | None]) -> int | None:
+    """A dim's value given the variables' values; None if it needs an unknown one.
+
+    Division and modulo round down, as in TVM; a zero divisor gives None.
+    """
+    stack: list[int | None] = []
+    for token in dim.split():
+        if token[0] == "c":
+            stack.append(int(token[1:]))
+        elif token[0] == "v":
+            stack.append(values[int(token[1:])])
+        else:
+            b, a = stack.pop(), stack.pop()
+            known = a is not None and b is not None and not (token in ("/", "%") and b == 0)
+            stack.append(_ARITHMETIC[token](a, b) if known else None)
+    return stack[-1]

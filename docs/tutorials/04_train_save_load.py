@@ -1,13 +1,20 @@
-"""Tutorial: train a Keras model whose matmul is a TVM kernel, save it, load it elsewhere.
-
-Run it: `python docs/tutorials/train_save_load.py`. It shows the three steps a TF user
-needs, each with a check against plain TensorFlow:
-
-1. a TVM matmul with a TVM backward (`grad=`) becomes a trainable op;
-2. a Keras layer built on it trains like `tf.matmul` (same losses);
-3. `model.export()` writes a SavedModel that a fresh process serves after `import tftvm`
-   (the TVM code travels inside the SavedModel; nothing is recompiled there).
 """
+Gradients, Keras training, and SavedModels
+==========================================
+
+A TVM matmul with TVM backward kernels becomes a trainable op; a Keras layer
+built on it trains like ``tf.matmul`` (same losses), and ``model.export()``
+writes a SavedModel that a fresh process serves after ``import tftvm`` (the TVM
+code travels inside the SavedModel; nothing is recompiled there).
+"""
+
+# %%
+# 1. A matmul and its two backward matmuls
+# ----------------------------------------
+# All three are TVM kernels with symbolic shapes. ``grad=`` gets the forward
+# inputs, the outputs, then the upstream gradients, and returns one gradient
+# per input; here it calls the two backward ops. (``grad="auto"`` derives the
+# backward from the TE compute instead.)
 import subprocess
 import sys
 import tempfile
@@ -19,7 +26,6 @@ import tftvm
 from tvm import te
 
 
-# 1. A matmul and its two backward matmuls, all TVM kernels with symbolic shapes.
 def matmul_op(name, a_shape, b_shape, out_shape, element, extent):
     A = te.placeholder(a_shape, "float32", name="A")
     B = te.placeholder(b_shape, "float32", name="B")
@@ -35,12 +41,16 @@ A = te.placeholder((n, k), "float32", name="A")
 B = te.placeholder((k, m), "float32", name="B")
 r = te.reduce_axis((0, k), "r")
 C = te.compute((n, m), lambda i, j: te.sum(A[i, r] * B[r, j], axis=r), name="C")
-# The backward gets the forward inputs, the outputs, then the upstream gradients.
 tvm_matmul = tftvm.op([A, B], [C], name="tvm_matmul",
                       grad=lambda a, b, c, dc: (grad_a(dc, b), grad_b(a, dc)))  # fmt: skip
 
 
-# 2. A Keras layer: it builds its op itself, so the layer's config is plain data.
+# %%
+# 2. A Keras layer that trains
+# ----------------------------
+# The layer calls the TVM matmul (or ``tf.matmul``, to compare); its config is
+# plain data, so the model saves and loads like any Keras model. The same seed
+# and data train both versions: their losses agree.
 @keras.saving.register_keras_serializable("tutorial")
 class TvmDense(keras.layers.Layer):
     def __init__(self, units, use_tvm=True, **kwargs):
@@ -77,7 +87,10 @@ print("epoch losses, TVM matmul:", np.round(tvm_losses, 5))
 print("epoch losses, tf.matmul: ", np.round(tf_losses, 5))
 np.testing.assert_allclose(tvm_losses, tf_losses, rtol=1e-4)
 
-# 3. Export a SavedModel and serve it from a fresh process.
+# %%
+# 3. Export a SavedModel and serve it from a fresh process
+# --------------------------------------------------------
+# The fresh process imports only TF, NumPy and tftvm (which registers the op).
 out_dir = tempfile.mkdtemp()
 model.export(f"{out_dir}/model", verbose=False)
 np.save(f"{out_dir}/x.npy", x[:4])
@@ -89,3 +102,7 @@ print(m.serve(tf.constant(np.load("{out_dir}/x.npy"))).numpy().ravel())
 served = subprocess.run([sys.executable, "-c", serve], capture_output=True, text=True, check=True)
 print("served in a fresh process:", served.stdout.strip())
 print("the trained model here:    ", model(x[:4]).numpy().ravel())
+
+# %%
+# What you should see: two identical rows of epoch losses, and the same four
+# predictions from the fresh process and from the trained model.
