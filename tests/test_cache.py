@@ -4,6 +4,7 @@ import os
 import shutil
 import subprocess
 import sys
+import tempfile
 
 import numpy as np
 import pytest
@@ -119,3 +120,59 @@ def test_corrupt_bridge_library_is_rebuilt(tmp_path):
 def test_cache_dirs_are_private():
     for name in ("kernels", "modules", "native"):
         assert cache_dir.subdir(name).stat().st_mode & 0o077 == 0
+
+
+@pytest.mark.parametrize("damage", ["truncate", "empty", "garbage"])
+def test_damaged_bridge_library_is_detected(tmp_path, damage):
+    lib = tmp_path / native.LIBRARY_NAME
+    shutil.copy(native.library_path(), lib)
+    shutil.copy(native.library_path().with_suffix(".sha256"), lib.with_suffix(".sha256"))
+    assert native._is_valid(lib)
+    good = lib.read_bytes()
+    lib.write_bytes({"truncate": good[: len(good) // 2], "empty": b"", "garbage": os.urandom(len(good))}[damage])
+    assert not native._is_valid(lib)  # then build() rebuilds it (test_corrupt_bridge_library_is_rebuilt)
+
+
+def test_unusable_cache_root_falls_back_to_a_private_temp_dir(tmp_path):
+    blocker = tmp_path / "a_file"
+    blocker.write_text("not a directory")
+    proc = run_python(PROGRAM + "print('ROOT', tftvm.cache_dir.subdir('kernels').parent)",
+                      {"TFTVM_CACHE_DIR": str(blocker / "cache")})  # fmt: skip
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert "cache directory" in proc.stderr and "is not usable" in proc.stderr
+    root = proc.stdout.split("ROOT ")[1].strip()
+    assert root.startswith(tempfile.gettempdir()) and os.stat(root).st_mode & 0o077 == 0
+    shutil.rmtree(root)
+
+
+FULL_DISK = """
+import errno, os
+import tftvm
+from tftvm import cache_dir, kernel
+root = str(cache_dir.cache_root())
+real_write = cache_dir.atomic_write
+def full(path, data):  # the cache's file system is full; the temp dir is not
+    if str(path).startswith(root):
+        raise OSError(errno.ENOSPC, "No space left on device", str(path))
+    real_write(path, data)
+cache_dir.atomic_write = full
+""" + PROGRAM.replace('name="sumsq"', 'name="sumsq_full_disk"')
+
+
+def test_full_cache_disk_falls_back_with_a_warning(tmp_path):
+    shutil.copytree(native.library_path().parent, tmp_path / "native" / native.build_dir().name)
+    proc = run_python(FULL_DISK, {"TFTVM_CACHE_DIR": str(tmp_path)})
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert "could not write the kernel cache" in proc.stderr
+    assert "could not write the TVM module to the cache" in proc.stderr and "OK" in proc.stdout
+
+
+def test_two_processes_compile_the_same_kernel_at_once(tmp_path):
+    shutil.copytree(native.library_path().parent, tmp_path / "native" / native.build_dir().name)
+    env = dict(os.environ, TFTVM_CACHE_DIR=str(tmp_path))
+    procs = [subprocess.Popen([sys.executable, "-c", PROGRAM], env=env, stdout=subprocess.PIPE,
+                              stderr=subprocess.PIPE, text=True) for _ in range(2)]  # fmt: skip
+    results = [p.communicate(timeout=300) for p in procs]
+    for p, (out, err) in zip(procs, results):
+        assert p.returncode == 0 and "OK" in out, err[-3000:]
+    assert len(list((tmp_path / "kernels").glob("*.so"))) == 1

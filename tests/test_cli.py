@@ -17,6 +17,7 @@ def test_doctor_reports_versions_and_loads_bridge():
     assert f"tensorflow     {tf.__version__}" in proc.stdout
     assert f"apache-tvm     {tvm.__version__}" in proc.stdout
     assert "bridge loads   yes" in proc.stdout
+    assert "embedded code  allowed" in proc.stdout
 
 
 def test_build_native_prints_the_cached_library():

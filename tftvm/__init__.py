@@ -12,6 +12,7 @@ from .kernel import Kernel  # noqa: E402
 from .op import TvmOp, load_op, op  # noqa: E402
 from .saved_model import load_saved_model  # noqa: E402
 from .signature import Signature, TensorSig  # noqa: E402
+from .trust import allow_embedded_modules, embedded_modules_allowed  # noqa: E402
 from .tune import tune  # noqa: E402
 
 __version__ = "0.1.0"
@@ -26,4 +27,4 @@ except Exception as _err:  # noqa: BLE001  import must not fail: `tftvm doctor` 
     import logging as _logging
 
     _logging.getLogger(__name__).warning("tftvm bridge library unavailable: %s", _err)
-__all__ = ["Kernel", "codegen", "Signature", "TensorSig", "TvmOp", "load_op", "load_saved_model", "op", "optimize", "tune"]
+__all__ = ["Kernel", "allow_embedded_modules", "codegen", "embedded_modules_allowed", "Signature", "TensorSig", "TvmOp", "load_op", "load_saved_model", "op", "optimize", "tune"]

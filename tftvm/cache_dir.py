@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import contextlib
 import fcntl
+import functools
 import logging
 import os
 import tempfile
@@ -21,10 +22,34 @@ def cache_root() -> Path:
 
 
 def subdir(name: str) -> Path:
-    """A private (0700) directory under the cache root; modules there are native code."""
-    path = cache_root() / name
+    """A private (0700) directory under the cache root; modules there are native code.
+
+    A cache root that cannot be created or written (read-only, a file in the way)
+    gives way to a private temporary directory, with a warning.
+    """
+    path = usable_root(str(cache_root())) / name
     path.mkdir(mode=0o700, parents=True, exist_ok=True)
     return path
+
+
+@functools.lru_cache(maxsize=None)
+def usable_root(root: str) -> Path:
+    path = Path(root)
+    try:
+        path.mkdir(mode=0o700, parents=True, exist_ok=True)
+        with tempfile.TemporaryFile(dir=path):  # can we write here?
+            pass
+        return path
+    except OSError as err:
+        fallback = private_temp_dir()
+        log.warning("tftvm cache directory %s is not usable (%s); using %s", path, err, fallback)
+        return fallback
+
+
+@functools.lru_cache(maxsize=None)
+def private_temp_dir() -> Path:
+    """A fresh 0700 directory in the system temp dir, for this process."""
+    return Path(tempfile.mkdtemp(prefix="tftvm-"))  # mkdtemp makes it 0700 and unguessable
 
 
 def atomic_write(path: Path, data: bytes) -> None:

@@ -45,6 +45,9 @@ def _doctor(args) -> int:
         print(f"bridge loads   no: {err}")
         return 1
     print("bridge loads   yes")
+    from .trust import embedded_modules_allowed
+
+    print(f"embedded code  {'allowed' if embedded_modules_allowed() else 'refused (TFTVM_ALLOW_EMBEDDED_MODULES)'}")
     return 0
 
 

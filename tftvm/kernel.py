@@ -74,7 +74,12 @@ def _register(key: str, library: bytes) -> None:
 
     native.load()
     path = module_dir() / f"{key}.so"
-    if not path.exists() or path.read_bytes() != library:
+    try:
+        if not path.exists() or path.read_bytes() != library:
+            cache_dir.atomic_write(path, library)
+    except OSError as err:  # e.g. a full disk: dlopen needs a file, so write one elsewhere
+        path = cache_dir.private_temp_dir() / f"{key}.so"
+        log.warning("could not write the TVM module to the cache (%s); using %s", err, path)
         cache_dir.atomic_write(path, library)
     module = tvm.runtime.load_module(str(path))
     tvm_ffi.get_global_func("tftvm.register_module")(key, module)

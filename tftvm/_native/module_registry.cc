@@ -5,6 +5,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <cctype>
 #include <cerrno>
 #include <cstdlib>
 #include <cstring>
@@ -79,7 +80,17 @@ std::string Sha256Hex(const std::string& bytes) {
   return hex;
 }
 
+bool EnvAllowsEmbeddedModules() {
+  const char* v = std::getenv("TFTVM_ALLOW_EMBEDDED_MODULES");
+  if (v == nullptr) return true;
+  std::string s(v);
+  for (char& ch : s) ch = static_cast<char>(std::tolower(static_cast<unsigned char>(ch)));
+  return !(s == "0" || s == "false" || s == "no" || s == "off");
+}
+
 }  // namespace
+
+ModuleRegistry::ModuleRegistry() : allow_embedded_(EnvAllowsEmbeddedModules()) {}
 
 ModuleRegistry& ModuleRegistry::Global() {
   // Leaked on purpose: kernels that TF destroys at exit still hold modules.
@@ -115,6 +126,13 @@ tvm::ffi::Module ModuleRegistry::Get(const std::string& key, const std::string& 
     throw std::runtime_error("no TVM module with key " + key +
                              " is loaded in this process and the node carries no module "
                              "bytes; create the op with tftvm.op() or tftvm.load_op() first");
+  }
+  if (!allow_embedded_) {
+    throw EmbeddedModulesRefused(
+        "the graph carries its own TVM module " + key +
+        " (native code), and loading embedded modules is disabled "
+        "(TFTVM_ALLOW_EMBEDDED_MODULES=0 or tftvm.allow_embedded_modules(False)); create "
+        "the op in this process with tftvm.op() or tftvm.load_op() to run trusted code");
   }
   tvm::ffi::Module module = LoadEmbedded(key, embedded);
   modules_.emplace(key, module);

@@ -4,14 +4,23 @@
 
 #include <tvm/ffi/extra/module.h>
 
+#include <atomic>
 #include <mutex>
+#include <stdexcept>
 #include <string>
 #include <unordered_map>
 
 namespace tftvm {
 
+// Thrown when a graph carries module bytes but embedded modules are disallowed.
+class EmbeddedModulesRefused : public std::runtime_error {
+ public:
+  using std::runtime_error::runtime_error;
+};
+
 class ModuleRegistry {
  public:
+  ModuleRegistry();
   static ModuleRegistry& Global();
 
   // Python registers modules it compiled or loaded, so eager calls need only the key.
@@ -22,15 +31,22 @@ class ModuleRegistry {
   std::string ModuleDir();
 
   // The module for `key`: registered, else loaded from `embedded` library bytes
-  // (the bytes a graph node carries). Throws std::runtime_error with a message
-  // for the user when neither is possible.
+  // (the bytes a graph node carries). Throws EmbeddedModulesRefused when those
+  // bytes would be needed but are disallowed, std::runtime_error with a message
+  // for the user when loading is impossible.
   tvm::ffi::Module Get(const std::string& key, const std::string& embedded);
+
+  // Whether graphs may bring their own native code (their embedded module bytes).
+  // Starts from $TFTVM_ALLOW_EMBEDDED_MODULES (0/false/no/off disallow; default allow).
+  void AllowEmbedded(bool allowed) { allow_embedded_ = allowed; }
+  bool EmbeddedAllowed() const { return allow_embedded_; }
 
   size_t size();
 
  private:
   tvm::ffi::Module LoadEmbedded(const std::string& key, const std::string& bytes);
 
+  std::atomic<bool> allow_embedded_;
   std::mutex mu_;
   std::unordered_map<std::string, tvm::ffi::Module> modules_;
   std::string dir_;

@@ -233,6 +233,9 @@ class TvmCallOp : public OpKernel {
       module_ = ModuleRegistry::Global().Get(key, module_bytes);
       tvm::ffi::Optional<tvm::ffi::Function> f = module_.value()->GetFunction(func_name_, true);
       if (f.has_value()) func_ = f.value();
+    } catch (const EmbeddedModulesRefused& e) {
+      ctx->CtxFailure(errors::PermissionDenied("tftvm op '", op_name_, "': ", e.what()));
+      return;
     } catch (const std::exception& e) {
       ctx->CtxFailure(errors::NotFound("tftvm op '", op_name_, "': ", e.what()));
       return;
@@ -407,6 +410,10 @@ TVM_FFI_STATIC_INIT_BLOCK() {
            })
       .def("tftvm.set_module_dir",
            [](tvm::ffi::String dir) { ModuleRegistry::Global().SetModuleDir(std::string(dir)); })
+      .def("tftvm.allow_embedded_modules",
+           [](bool allowed) { ModuleRegistry::Global().AllowEmbedded(allowed); })
+      .def("tftvm.embedded_modules_allowed",
+           []() { return ModuleRegistry::Global().EmbeddedAllowed(); })
       .def("tftvm.num_modules", []() -> int64_t {
         return static_cast<int64_t>(ModuleRegistry::Global().size());
       })
