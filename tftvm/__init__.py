@@ -7,6 +7,7 @@ _os.environ.setdefault("TVM_BIND_THREADS", "0")
 _os.environ.setdefault("TVM_NUM_THREADS", str(_os.cpu_count() or 1))
 
 from .codegen import codegen  # noqa: E402
+from .compiled_model import CompiledModel, compile_model, load_model  # noqa: E402
 from .graph.optimize import optimize  # noqa: E402
 from .kernel import Kernel  # noqa: E402
 from .op import TvmOp, load_op, op  # noqa: E402
@@ -27,4 +28,4 @@ except Exception as _err:  # noqa: BLE001  import must not fail: `tftvm doctor` 
     import logging as _logging
 
     _logging.getLogger(__name__).warning("tftvm bridge library unavailable: %s", _err)
-__all__ = ["Kernel", "allow_embedded_modules", "codegen", "embedded_modules_allowed", "Signature", "TensorSig", "TvmOp", "load_op", "load_saved_model", "op", "optimize", "tune"]
+__all__ = ["CompiledModel", "Kernel", "allow_embedded_modules", "codegen", "compile_model", "load_model", "embedded_modules_allowed", "Signature", "TensorSig", "TvmOp", "load_op", "load_saved_model", "op", "optimize", "tune"]

@@ -1,0 +1,117 @@
+"""The reverse bridge: a whole model on TVM's Relax VM, with TF running the ops TVM lacks."""
+import keras
+import numpy as np
+import pytest
+import tensorflow as tf
+import tftvm
+from tftvm.graph.convert import Unsupported
+
+from conftest import run_python
+
+
+@pytest.fixture(scope="module")
+def mixed_model():
+    """Dense layers around three ops outside the converter table: cumsum, roll, top_k."""
+    keras.utils.set_random_seed(0)
+    inp = keras.Input((8,))
+    h = keras.layers.Dense(16, activation="relu")(inp)
+    h = keras.layers.Lambda(lambda t: tf.roll(tf.math.cumsum(t, axis=-1), shift=3, axis=1))(h)
+    h = keras.layers.Lambda(lambda t: tf.math.top_k(t, k=4).values)(h)
+    return keras.Model(inp, keras.layers.Dense(4)(h))
+
+
+@pytest.fixture(scope="module")
+def compiled(mixed_model):
+    return tftvm.compile_model(mixed_model, [tf.TensorSpec([None, 8])])
+
+
+def test_unconverted_ops_run_in_tf_and_results_match(mixed_model, compiled, rng):
+    for batch in (1, 5, 17):  # one symbolic-batch program for every size
+        x = rng.standard_normal((batch, 8)).astype(np.float32)
+        np.testing.assert_allclose(compiled(x), mixed_model(x), rtol=1e-5, atol=1e-5)
+    assert sorted(fb.op for fb in compiled.fallbacks) == ["Cumsum", "Roll", "TopKV2"]
+
+
+def test_report_names_the_tf_ops_and_their_calls(mixed_model, rng):
+    exe = tftvm.compile_model(mixed_model, [tf.TensorSpec([None, 8])])
+    for _ in range(3):
+        exe(rng.standard_normal((2, 8)).astype(np.float32))
+    report = exe.report()
+    for op in ("Cumsum", "Roll", "TopKV2"):
+        assert f"in TF: {op} (" in report and "ran 3 times" in report
+    assert report.startswith("compute nodes:") and "3 calls" in report
+
+
+def test_fallback_error_names_the_ops(mixed_model):
+    with pytest.raises(Unsupported, match="Cumsum.*Roll.*TopKV2|no converter for Cumsum"):
+        tftvm.compile_model(mixed_model, [tf.TensorSpec([None, 8])], fallback="error")
+    with pytest.raises(ValueError, match="fallback must be 'tf' or 'error'"):
+        tftvm.compile_model(mixed_model, [tf.TensorSpec([None, 8])], fallback="numpy")
+
+
+def test_a_fully_converted_model_needs_no_tf(rng):
+    keras.utils.set_random_seed(0)
+    inp = keras.Input((10, 32))
+    att = keras.layers.MultiHeadAttention(num_heads=4, key_dim=8)(inp, inp)
+    h = keras.layers.LayerNormalization()(inp + att)
+    block = keras.Model(inp, keras.layers.LayerNormalization()(h + keras.layers.Dense(32)(h)))
+    exe = tftvm.compile_model(block, [tf.TensorSpec([None, 10, 32])], fallback="error")
+    x = rng.standard_normal((3, 10, 32)).astype(np.float32)
+    np.testing.assert_allclose(exe(x), block(x), rtol=1e-4, atol=1e-4)
+    assert exe.fallbacks == []
+
+
+def test_bad_inputs_are_clear_errors(compiled):
+    with pytest.raises(TypeError, match="takes 1 inputs, got 2"):
+        compiled(np.zeros((1, 8), np.float32), np.zeros((1, 8), np.float32))
+    with pytest.raises(TypeError, match="input 0 must have dtype float32, got int32"):
+        compiled(np.zeros((2, 8), np.int32))
+    with pytest.raises(ValueError, match=r"input 0 must have shape \(None, 8\), got \(2, 9\)"):
+        compiled(np.zeros((2, 9), np.float32))
+    with pytest.raises(ValueError, match="must have shape"):
+        compiled(np.zeros(8, np.float32))
+
+
+LOAD = """
+import numpy as np, tftvm
+exe = tftvm.load_model({path!r})
+x = np.load({x!r})
+np.save({out!r}, exe(x).numpy())
+print(exe.report())
+"""
+
+
+def test_export_reloads_in_a_fresh_process(mixed_model, compiled, tmp_path, rng):
+    path = compiled.export(tmp_path / "model")
+    x = rng.standard_normal((6, 8)).astype(np.float32)
+    np.save(tmp_path / "x.npy", x)
+    proc = run_python(LOAD.format(path=str(path), x=str(tmp_path / "x.npy"), out=str(tmp_path / "y.npy")))
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    np.testing.assert_allclose(np.load(tmp_path / "y.npy"), mixed_model(x), rtol=1e-5, atol=1e-5)
+    assert "in TF: TopKV2" in proc.stdout and "ran 1 times" in proc.stdout
+
+
+def test_a_tampered_export_is_refused(compiled, tmp_path):
+    path = compiled.export(tmp_path / "model")
+    lib = path / "model.so"
+    data = bytearray(lib.read_bytes())
+    data[len(data) // 2] ^= 0xFF  # one flipped byte
+    lib.write_bytes(bytes(data))
+    with pytest.raises(ValueError, match="does not match the SHA-256"):
+        tftvm.load_model(path)
+
+
+def test_symbolic_batch_and_sequence_through_attention_after_a_tf_op(rng):
+    # The cumsum's output dims are unknown to TF; the VM binds them when it runs, and the
+    # attention after it compiles once for every batch and sequence length.
+    keras.utils.set_random_seed(0)
+    inp = keras.Input((None, 8))
+    h = keras.layers.Dense(16, activation="relu")(inp)
+    h = keras.layers.Lambda(lambda t: tf.math.cumsum(t, axis=1))(h)
+    att = keras.layers.MultiHeadAttention(num_heads=2, key_dim=8)(h, h)
+    model = keras.Model(inp, keras.layers.Dense(4)(keras.layers.LayerNormalization()(h + att)))
+    exe = tftvm.compile_model(model, [tf.TensorSpec([None, None, 8])])
+    for batch, seq in ((1, 3), (2, 7), (4, 16)):
+        x = rng.standard_normal((batch, seq, 8)).astype(np.float32)
+        np.testing.assert_allclose(exe(x), model(x), rtol=1e-4, atol=1e-4)
+    assert [fb.op for fb in exe.fallbacks] == ["Cumsum"] and exe.calls == 3
