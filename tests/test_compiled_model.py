@@ -115,3 +115,25 @@ def test_symbolic_batch_and_sequence_through_attention_after_a_tf_op(rng):
         x = rng.standard_normal((batch, seq, 8)).astype(np.float32)
         np.testing.assert_allclose(exe(x), model(x), rtol=1e-4, atol=1e-4)
     assert [fb.op for fb in exe.fallbacks] == ["Cumsum"] and exe.calls == 3
+
+
+EXPORT_ROLL = """
+import keras, tensorflow as tf, tftvm
+inp = keras.Input((6,))
+model = keras.Model(inp, keras.layers.Lambda(lambda t: tf.roll(t, shift={shift}, axis=1))(inp))
+tftvm.compile_model(model, [tf.TensorSpec([None, 6])]).export({path!r})
+"""
+
+
+def test_models_exported_by_different_processes_load_side_by_side(tmp_path, rng):
+    # Two fresh processes give their models the same node names; loaded into one
+    # process, each must still call its own TF op.
+    for shift in (1, 2):
+        proc = run_python(EXPORT_ROLL.format(shift=shift, path=str(tmp_path / f"m{shift}")))
+        assert proc.returncode == 0, proc.stderr[-3000:]
+    loaded = [tftvm.load_model(tmp_path / f"m{shift}") for shift in (1, 2)]
+    first, second = loaded[0].fallbacks[0], loaded[1].fallbacks[0]
+    assert first.node == second.node and first.packed_name != second.packed_name
+    x = rng.standard_normal((2, 6)).astype(np.float32)
+    for shift, exe in zip((1, 2), loaded):
+        np.testing.assert_array_equal(exe(x), np.roll(x, shift, axis=1))

@@ -9,7 +9,7 @@ at conversion time; dims TF does not know are bound at run time by `match_cast`.
 from __future__ import annotations
 
 import dataclasses
-import itertools
+import uuid
 import logging
 
 from . import convert
@@ -18,7 +18,6 @@ from .mark import SUPPORTED_DTYPES
 log = logging.getLogger(__name__)
 
 _SKIP = {"NoOp"}
-_ids = itertools.count()
 
 
 @dataclasses.dataclass
@@ -92,6 +91,9 @@ def _convert_nodes(bb, frozen, env, run_in_tf) -> list[Fallback]:
     import tensorflow as tf
     from tvm import relax
 
+    # The VM calls each fallback by a process-wide name: unique per compiled model, so
+    # that models loaded side by side (same node names, say) never call each other's.
+    prefix = f"tftvm.fallback.{uuid.uuid4().hex[:16]}"
     graph = frozen.graph
     constants: dict = {}
     ctx = convert.Context(constants)
@@ -118,7 +120,7 @@ def _convert_nodes(bb, frozen, env, run_in_tf) -> list[Fallback]:
             except KeyError as err:  # an input only TF can produce (e.g. a string)
                 reason = f"input {err} is not a TVM value"
         feeds = [i for i in data_inputs if i in env]
-        fb = Fallback(node.name, node.op, reason, f"tftvm.fallback.{next(_ids)}.{node.name}",
+        fb = Fallback(node.name, node.op, reason, f"{prefix}.{node.name}",
                       feeds, [t.name for t in op.outputs])  # fmt: skip
         run_in_tf(fb)
         fallbacks.append(fb)
