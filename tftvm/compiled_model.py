@@ -17,6 +17,7 @@ from pathlib import Path
 from .graph import whole
 from .graph.convert import Unsupported
 from .graph.freeze import FrozenGraph, freeze
+from .graph.mark import NOT_COMPUTE
 
 log = logging.getLogger(__name__)
 
@@ -79,7 +80,7 @@ class CompiledModel:
         return path
 
     def report(self) -> str:
-        compute = [n for n in self._frozen.graph_def.node if n.op not in ("Const", "Identity", "NoOp", "Placeholder")]
+        compute = [n for n in self._frozen.graph_def.node if n.op not in NOT_COMPUTE]
         lines = [f"compute nodes: {len(compute)}, in TVM: {len(compute) - len(self.fallbacks)}, "
                  f"in TF: {len(self.fallbacks)}; {self.calls} calls, {1e3 * self.seconds:.2f} ms in all"]  # fmt: skip
         for fb in self.fallbacks:

@@ -57,7 +57,7 @@ class Signature:
                 raise TypeError(
                     f"buffer '{t.name}' has dtype {t.dtype}; tftvm supports {', '.join(SUPPORTED_DTYPES)}"
                 )
-        bound = {d for t in self.inputs for d in t.dims if _lone_var(d) is not None}
+        bound = {d for t in self.inputs for d in t.dims if lone_var(d) is not None}
         bound |= {f"v{t.binds}" for t in self.inputs if t.binds >= 0}
         for t in self.outputs:
             if t.scalar:
@@ -206,23 +206,30 @@ def _dim(expr, variables: list, buffer: str) -> str:
     return f"{_dim(expr.a, variables, buffer)} {_dim(expr.b, variables, buffer)} {op}"
 
 
-def _lone_var(dim: str) -> int | None:
+def lone_var(dim: str) -> int | None:
+    """The variable's index if the dim is a variable alone, else None."""
     return int(dim[1:]) if dim.startswith("v") and " " not in dim else None
 
 
-def _format_dim(dim: str, var_names: Sequence[str]) -> str:
-    stack: list[str] = []
+def fold_dim(dim: str, const, var, apply):
+    """Walk a reverse-Polish dim bottom up: `const(int)`, `var(index)`, `apply(op, a, b)`."""
+    stack = []
     for token in dim.split():
         if token[0] == "c":
-            stack.append(token[1:])
+            stack.append(const(int(token[1:])))
         elif token[0] == "v":
-            stack.append(var_names[int(token[1:])])
+            stack.append(var(int(token[1:])))
         else:
             b, a = stack.pop(), stack.pop()
-            sym = {"/": "//"}.get(token, token)
-            stack.append(f"{token}({a}, {b})" if token in ("min", "max") else f"({a} {sym} {b})")
+            stack.append(apply(token, a, b))
     return stack[-1]
 
+
+def _format_dim(dim: str, var_names: Sequence[str]) -> str:
+    def apply(token, a, b):
+        return f"{token}({a}, {b})" if token in ("min", "max") else f"({a} {'//' if token == '/' else token} {b})"
+
+    return fold_dim(dim, str, lambda v: var_names[v], apply)
 
 
 _ARITHMETIC = {"+": operator.add, "-": operator.sub, "*": operator.mul, "/": operator.floordiv,
@@ -234,14 +241,9 @@ def evaluate_dim(dim: str, values: Sequence[int | None]) -> int | None:
 
     Division and modulo round down, as in TVM; a zero divisor gives None.
     """
-    stack: list[int | None] = []
-    for token in dim.split():
-        if token[0] == "c":
-            stack.append(int(token[1:]))
-        elif token[0] == "v":
-            stack.append(values[int(token[1:])])
-        else:
-            b, a = stack.pop(), stack.pop()
-            known = a is not None and b is not None and not (token in ("/", "%") and b == 0)
-            stack.append(_ARITHMETIC[token](a, b) if known else None)
-    return stack[-1]
+
+    def apply(token, a, b):
+        known = a is not None and b is not None and not (token in ("/", "%") and b == 0)
+        return _ARITHMETIC[token](a, b) if known else None
+
+    return fold_dim(dim, int, lambda v: values[v], apply)

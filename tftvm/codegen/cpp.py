@@ -9,7 +9,7 @@ import dataclasses
 import keyword
 import re
 
-from ..signature import Signature, TensorSig
+from ..signature import Signature, TensorSig, fold_dim, lone_var
 
 # TF's type name (REGISTER_OP), C++ element type, DLPack dtype, per tftvm dtype.
 DTYPES = {
@@ -30,7 +30,7 @@ DTYPES = {
 
 # Names the generated functions use for their own locals: the kernel's (where the
 # tensors are locals too) and, for the shape variables, also the shape function's.
-_KERNEL_LOCALS = {"ctx", "args", "bound", "function_", "std", "tensorflow", "errors"}
+_KERNEL_LOCALS = {"ctx", "args", "bound", "function_", "std", "tensorflow"}
 _SHAPE_LOCALS = {"c", "unused", "unused_shape"}
 _CPP_KEYWORDS = {
     "auto", "bool", "break", "case", "char", "class", "const", "continue", "default", "delete",
@@ -55,9 +55,9 @@ def python_name(op_type: str) -> str:
     return re.sub(r"([a-z0-9])([A-Z])", r"\1_\2", s).lower()
 
 
-def _identifier(name: str, taken: set[str], pattern: str = r"[^0-9a-z_]") -> str:
+def _identifier(name: str, taken: set[str]) -> str:
     """A lower-case C++ and TF-argument name for `name`, unique within `taken`."""
-    base = re.sub(pattern, "_", name.lower()).strip("_") or "x"
+    base = re.sub(r"[^0-9a-z_]", "_", name.lower()).strip("_") or "x"
     if base[0].isdigit():
         base = "x" + base
     if base in _CPP_KEYWORDS or keyword.iskeyword(base) or base == "name":
@@ -101,16 +101,7 @@ def _binary(token: str, a: str, b: str) -> str:
 
 def value_expr(dim: str, names: Names) -> str:
     """A dim as a C++ int64 expression over the shape variables."""
-    stack: list[str] = []
-    for token in dim.split():
-        if token[0] == "c":
-            stack.append(token[1:])
-        elif token[0] == "v":
-            stack.append(names.vars[int(token[1:])])
-        else:
-            b, a = stack.pop(), stack.pop()
-            stack.append(_binary(token, a, b))
-    expr = stack[-1]
+    expr = fold_dim(dim, str, lambda v: names.vars[v], _binary)
     return expr[1:-1] if expr.startswith("(") and expr.endswith(")") else expr
 
 
@@ -127,16 +118,7 @@ class _ShapeDims:
 
     def handle(self, dim: str) -> str:
         """A C++ expression usable where TF takes a DimensionOrConstant."""
-        stack: list[str] = []
-        for token in dim.split():
-            if token[0] == "c":
-                stack.append(token[1:])
-            elif token[0] == "v":
-                stack.append(self.names.vars[int(token[1:])])
-            else:
-                b, a = stack.pop(), stack.pop()
-                stack.append(self._step(token, a, b))
-        return stack[-1]
+        return fold_dim(dim, str, lambda v: self.names.vars[v], self._step)
 
     def _step(self, token: str, a: str, b: str) -> str:
         self._count += 1
@@ -153,10 +135,6 @@ class _ShapeDims:
         return out
 
 
-def _lone_var(dim: str) -> int | None:
-    return int(dim[1:]) if dim.startswith("v") and " " not in dim else None
-
-
 def _binding_sites(sig: Signature) -> dict[int, tuple[int, int | None]]:
     """For each shape variable, where its value comes from: (input, dim), dim None for a scalar.
 
@@ -169,7 +147,7 @@ def _binding_sites(sig: Signature) -> dict[int, tuple[int, int | None]]:
             sites.setdefault(t.binds, (i, None))
     for i, t in enumerate(sig.inputs):
         for d, dim in enumerate(t.dims):
-            v = _lone_var(dim)
+            v = lone_var(dim)
             if v is not None:
                 sites.setdefault(v, (i, d))
     return sites
@@ -205,7 +183,7 @@ def shape_function(sig: Signature, names: Names) -> list[str]:
     check_lines: list[str] = []
     for i, t in enumerate(sig.inputs):
         for d, dim in enumerate(t.dims):
-            v = _lone_var(dim)
+            v = lone_var(dim)
             here = f"c->Dim({names.args[i]}_shape, {d})"
             if v is not None:
                 if sites[v] != (i, d):
@@ -241,8 +219,10 @@ def _scalar_value(t: TensorSig, local: str) -> str:
     value = f"{local}.scalar<{cpp}>()()"
     if t.dtype == "bool":
         return value
-    if t.dtype.startswith("float") or t.dtype == "bfloat16":
-        return f"static_cast<double>(static_cast<float>({value}))" if "16" in t.dtype else f"static_cast<double>({value})"
+    if t.dtype in ("float16", "bfloat16"):  # Eigen's 16-bit types convert through float
+        return f"static_cast<double>(static_cast<float>({value}))"
+    if t.dtype.startswith("float"):
+        return f"static_cast<double>({value})"
     return f"static_cast<int64_t>({value})"
 
 
@@ -270,7 +250,7 @@ def compute_body(sig: Signature, names: Names) -> list[str]:
     for i, t in enumerate(sig.inputs):
         conds = []
         for d, dim in enumerate(t.dims):
-            v = _lone_var(dim)
+            v = lone_var(dim)
             if v is None or sites[v] != (i, d):  # not the dim that set the variable
                 conds.append(f"{names.args[i]}.dim_size({d}) == {value_expr(dim, names)}")
         if not conds:

@@ -109,7 +109,6 @@ def write_project(op, out_dir: Path, *, reference=None, op_type: str | None = No
         files,
         name=name,
         op_type=op_type,
-        python_name=name,
         target=f"{name}_op",
         func_name=op.kernel.func_name,
         version=_version(),

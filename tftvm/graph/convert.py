@@ -348,7 +348,7 @@ def to_relax(nodes, inputs, outputs, constants=None):
     become Relax constants.
     """
     import tensorflow as tf
-    from tvm import relax, tirx
+    from tvm import relax
 
     constants = dict(constants or {})
     for node in nodes:
@@ -358,8 +358,7 @@ def to_relax(nodes, inputs, outputs, constants=None):
     bb = relax.BlockBuilder()
     params, env = [], {}
     for i, (name, dtype, shape) in enumerate(inputs):
-        dims = [tirx.Var(f"d{i}_{d}", "int64") if s is None else int(s) for d, s in enumerate(shape)]
-        params.append(relax.Var(f"in{i}", relax.TensorType(dims, dtype)))
+        params.append(relax_param(i, dtype, shape))
         env[_tensor_name(name)] = params[-1]
     with bb.function("main", params):
         with bb.dataflow():
@@ -371,18 +370,29 @@ def to_relax(nodes, inputs, outputs, constants=None):
                 if convert is None:
                     raise Unsupported(f"no converter for TF op {node.op}")
                 args = [env[_tensor_name(i)] for i in node.input if not i.startswith("^")]
-                value = convert(ctx, node, *args)
-                if isinstance(value, list) and not isinstance(value, ShapeValue):  # one per output
-                    env.update((f"{node.name}:{i}", bb.emit(v)) for i, v in enumerate(value))
-                    continue
-                # Shape values stay Python-side; they only ever feed Reshape and friends.
-                env[node.name + ":0"] = value if isinstance(value, ShapeValue) else bb.emit(value)
+                bind_outputs(bb, env, node, convert(ctx, node, *args))
             result = [env[_tensor_name(o)] for o in outputs]
             if any(isinstance(r, ShapeValue) for r in result):
                 raise Unsupported("a cluster output is a shape value")
             out = bb.emit_output(result[0] if len(result) == 1 else relax.Tuple(result))
         bb.emit_func_output(out)
     return bb.get()
+
+
+def relax_param(index: int, dtype: str, shape) -> object:
+    """Graph input `index` as a Relax parameter; a None dim becomes a symbolic one."""
+    from tvm import relax, tirx
+
+    dims = [tirx.Var(f"d{index}_{d}", "int64") if s is None else int(s) for d, s in enumerate(shape)]
+    return relax.Var(f"in{index}", relax.TensorType(dims, dtype))
+
+
+def bind_outputs(bb, env: dict, node, value) -> None:
+    """Record a converter's result under the node's output tensor names."""
+    if isinstance(value, list) and not isinstance(value, ShapeValue):  # one per output
+        env.update((f"{node.name}:{i}", bb.emit(v)) for i, v in enumerate(value))
+    else:  # shape values stay Python-side; they only ever feed Reshape and friends
+        env[node.name + ":0"] = value if isinstance(value, ShapeValue) else bb.emit(value)
 
 
 # Convolutions and pooling (NHWC, as TF lays them out by default).

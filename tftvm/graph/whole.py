@@ -13,7 +13,7 @@ import uuid
 import logging
 
 from . import convert
-from .mark import SUPPORTED_DTYPES
+from .mark import SUPPORTED_DTYPES, reason_unsupported
 
 log = logging.getLogger(__name__)
 
@@ -57,26 +57,18 @@ def topological(graph_def) -> list:
     return order
 
 
-def _unsupported_dtype(op) -> str | None:
-    for t in list(op.inputs) + list(op.outputs):
-        if t.dtype.name not in SUPPORTED_DTYPES:
-            return f"dtype {t.dtype.name}"
-    return None
-
-
 def to_relax(frozen, run_in_tf):
     """(IRModule, [Fallback]): the graph as one Relax `main`.
 
     `run_in_tf(fallback)` is called for each node that stays in TF, to register
     the packed function the VM will call for it.
     """
-    from tvm import relax, tirx
+    from tvm import relax
 
     bb = relax.BlockBuilder()
     params, env = [], {}
     for i, t in enumerate(frozen.inputs):
-        dims = [tirx.Var(f"d{i}_{d}", "int64") if s is None else int(s) for d, s in enumerate(t.shape.as_list())]
-        params.append(relax.Var(f"in{i}", relax.TensorType(dims, t.dtype.name)))
+        params.append(convert.relax_param(i, t.dtype.name, t.shape.as_list()))
         env[t.name] = params[-1]
     with bb.function("main", params):
         with bb.dataflow():  # a dataflow block: what FuseOps fuses
@@ -101,24 +93,24 @@ def _convert_nodes(bb, frozen, env, run_in_tf) -> list[Fallback]:
     for node in topological(frozen.graph_def):
         if node.op == "Placeholder" or node.op in _SKIP:
             continue
-        op = graph.get_operation_by_name(node.name)
         if node.op == "Const":
             value = tf.make_ndarray(node.attr["value"].tensor)
             constants[node.name + ":0"] = value
             if value.dtype.name in SUPPORTED_DTYPES:
                 env[node.name + ":0"] = relax.const(value)
             continue
-        reason = _unsupported_dtype(op) or (None if node.op in convert.CONVERTERS else f"no converter for {node.op}")
+        reason = reason_unsupported(node, graph)  # the same test optimize marks nodes with
         data_inputs = [convert._tensor_name(i) for i in node.input if not i.startswith("^")]
         if reason is None:
             try:
                 value = convert.CONVERTERS[node.op](ctx, node, *[env[i] for i in data_inputs])
-                _bind(bb, env, node, value)
+                convert.bind_outputs(bb, env, node, value)
                 continue
             except convert.Unsupported as err:
                 reason = str(err)
             except KeyError as err:  # an input only TF can produce (e.g. a string)
                 reason = f"input {err} is not a TVM value"
+        op = graph.get_operation_by_name(node.name)
         feeds = [i for i in data_inputs if i in env]
         fb = Fallback(node.name, node.op, reason, f"{prefix}.{node.name}",
                       feeds, [t.name for t in op.outputs])  # fmt: skip
@@ -127,13 +119,6 @@ def _convert_nodes(bb, frozen, env, run_in_tf) -> list[Fallback]:
         _call_tf(bb, env, fb, [_materialize(env[f]) for f in feeds], op.outputs)
         log.info("%s (%s) runs in TF: %s", node.name, node.op, reason)
     return fallbacks
-
-
-def _bind(bb, env, node, value) -> None:
-    if isinstance(value, list) and not isinstance(value, convert.ShapeValue):  # one per output
-        env.update((f"{node.name}:{i}", bb.emit(v)) for i, v in enumerate(value))
-    else:
-        env[node.name + ":0"] = value if isinstance(value, convert.ShapeValue) else bb.emit(value)
 
 
 def _materialize(value):

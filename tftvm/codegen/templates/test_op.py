@@ -10,7 +10,7 @@ import numpy as np
 import tensorflow as tf
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-op = tf.load_op_library(os.path.join(HERE, "@{op_library}")).@{python_name}
+op = tf.load_op_library(os.path.join(HERE, "@{op_library}")).@{name}
 
 # The inputs' dtypes, and the outputs' shapes as TF infers them when every
 # symbolic dim of the inputs is unknown (None).
