@@ -137,3 +137,55 @@ def test_models_exported_by_different_processes_load_side_by_side(tmp_path, rng)
     x = rng.standard_normal((2, 6)).astype(np.float32)
     for shift, exe in zip((1, 2), loaded):
         np.testing.assert_array_equal(exe(x), np.roll(x, shift, axis=1))
+
+
+def test_values_only_tf_can_hold_stay_inside_one_tf_island(rng):
+    # TensorList handles (variants) cannot cross into the VM: the list ops run together
+    # in TF, the math around them in TVM.
+    @tf.function
+    def fn(x):
+        h = tf.tanh(x) * 2.0
+        lst = tf.TensorArray(tf.float32, size=2).write(0, h).write(1, h + 1.0)
+        return lst.stack() * 3.0 + 1.0
+
+    exe = tftvm.compile_model(fn, [tf.TensorSpec([None, 4])])
+    for batch in (1, 3):
+        x = rng.standard_normal((batch, 4)).astype(np.float32)
+        np.testing.assert_allclose(exe(x), fn(x), rtol=1e-5, atol=1e-5)
+    (island,) = [fb for fb in exe.fallbacks if len(fb.nodes) > 1]
+    assert {"TensorListReserve", "TensorListSetItem", "TensorListStack"} <= set(island.op.split(", "))
+    assert island.reason.endswith("joined by values of dtype variant, which only TF can hold")
+    summary = exe.summary()
+    assert {op.op for op in summary.in_tf} >= {"TensorListReserve", "TensorListStack"}
+    assert "Tanh" not in {op.op for op in summary.in_tf}
+
+
+def test_nested_inputs_and_outputs_both_paths(rng):
+    keras.utils.set_random_seed(0)
+    a, b = keras.Input((4,)), keras.Input((4,))
+    model = keras.Model([a, b], {"sum": keras.layers.Dense(3)(a * 2.0 + b), "prod": a * b})
+    spec = [[tf.TensorSpec([2, 4]), tf.TensorSpec([2, 4])]]
+    x = [rng.standard_normal((2, 4)).astype(np.float32) for _ in range(2)]
+    want = model(x)
+    for compiled in (tftvm.compile_model(model, spec), tftvm.optimize(model, spec, min_cluster_size=1)):
+        got = compiled(x)
+        assert set(got) == {"sum", "prod"}
+        for key in got:
+            np.testing.assert_allclose(got[key], want[key], rtol=1e-5, atol=1e-5)
+        assert compiled.summary().offloaded == compiled.summary().compute_nodes
+
+
+def test_a_converter_that_crashes_costs_one_op_not_the_model(monkeypatch, rng):
+    from tftvm.graph import convert
+
+    def broken(ctx, node, x):
+        raise TypeError("a converter bug")
+
+    monkeypatch.setitem(convert.CONVERTERS, "Tanh", broken)
+    fn = tf.function(lambda x: tf.tanh(x * 2.0) + 1.0)
+    exe = tftvm.compile_model(fn, [tf.TensorSpec([None, 3])])
+    x = rng.standard_normal((2, 3)).astype(np.float32)
+    np.testing.assert_allclose(exe(x), fn(x), rtol=1e-6)
+    (op,) = exe.summary().in_tf
+    assert op.op == "Tanh" and op.reason == "converter failed: TypeError: a converter bug"
+    assert exe.summary().offloaded == 2

@@ -18,6 +18,7 @@ from .graph import whole
 from .graph.convert import Unsupported
 from .graph.freeze import FrozenGraph, freeze
 from .graph.mark import NOT_COMPUTE
+from .graph.report import ConversionReport, OpInTF
 
 log = logging.getLogger(__name__)
 
@@ -39,22 +40,25 @@ class CompiledModel:
         self._vm = relax.VirtualMachine(executable, tvm.cpu())
         self._lock = threading.Lock()  # one VM: its registers and memory plan are not per thread
         self._structure = frozen.structured_outputs
+        self._ops = {n.name: n.op for n in frozen.graph_def.node}
         self.calls = 0
         self.seconds = 0.0
 
     def __call__(self, *inputs):
+        """The model on `inputs`, structured as the signature is (a list of two for a
+        two-input Keras model called with [x1, x2], say)."""
         import tensorflow as tf
 
-        if len(inputs) != len(self._frozen.inputs):
-            raise TypeError(f"the model takes {len(self._frozen.inputs)} inputs, got {len(inputs)}")
-        args = [_to_tvm(_checked(i, x, t)) for i, (x, t) in enumerate(zip(inputs, self._frozen.inputs))]
+        flat = tf.nest.flatten(list(inputs))
+        if len(flat) != len(self._frozen.inputs):
+            raise TypeError(f"the model takes {len(self._frozen.inputs)} inputs, got {len(flat)}")
+        args = [_to_tvm(_checked(i, x, t)) for i, (x, t) in enumerate(zip(flat, self._frozen.inputs))]
         with self._lock:
             start = time.perf_counter()
             result = self._vm["main"](*args)
             self.seconds += time.perf_counter() - start
             self.calls += 1
-        flat = list(result) if len(self._frozen.outputs) > 1 else [result]
-        outputs = [_to_tf(r) for r in flat]
+        outputs = [_to_tf(r) for r in (list(result) if len(self._frozen.outputs) > 1 else [result])]
         return tf.nest.pack_sequence_as(self._structure, outputs)
 
     def export(self, path) -> Path:
@@ -72,20 +76,29 @@ class CompiledModel:
             "inputs": [t.name for t in self._frozen.inputs],
             "outputs": [t.name for t in self._frozen.outputs],
             "structure": tf.nest.map_structure(lambda _: 0, self._structure),
-            "fallbacks": [{k: getattr(fb, k) for k in ("node", "op", "reason", "packed_name", "feeds", "fetches")}
+            "fallbacks": [{k: getattr(fb, k) for k in ("node", "op", "reason", "packed_name", "feeds", "fetches", "nodes")}
                           for fb in self.fallbacks],  # fmt: skip
             "target": self.target,
         }
         (path / MANIFEST).write_text(json.dumps(manifest, indent=1))
         return path
 
+    def summary(self) -> ConversionReport:
+        """What ran where, as data: compute nodes, how many ran in TVM, each TF op and why."""
+        in_tf = [OpInTF(name, self._ops[name], fb.reason) for fb in self.fallbacks for name in fb.nodes
+                 if self._ops[name] not in NOT_COMPUTE]  # fmt: skip
+        compute = sum(1 for op in self._ops.values() if op not in NOT_COMPUTE)
+        return ConversionReport(compute, compute - len(in_tf), in_tf, [])
+
     def report(self) -> str:
-        compute = [n for n in self._frozen.graph_def.node if n.op not in NOT_COMPUTE]
-        lines = [f"compute nodes: {len(compute)}, in TVM: {len(compute) - len(self.fallbacks)}, "
-                 f"in TF: {len(self.fallbacks)}; {self.calls} calls, {1e3 * self.seconds:.2f} ms in all"]  # fmt: skip
+        summary = self.summary()
+        lines = [f"compute nodes: {summary.compute_nodes}, in TVM: {summary.offloaded} "
+                 f"({100 * summary.fraction:.1f}%), in TF: {len(summary.in_tf)}; "
+                 f"{self.calls} calls, {1e3 * self.seconds:.2f} ms in all"]  # fmt: skip
         for fb in self.fallbacks:
             share = 100.0 * fb.seconds / self.seconds if self.seconds else 0.0
-            lines.append(f"in TF: {fb.op} ({fb.node}): {fb.reason}; ran {fb.calls} times, "
+            where = fb.node if len(fb.nodes) == 1 else f"{len(fb.nodes)} nodes from {fb.node}"
+            lines.append(f"in TF: {fb.op} ({where}): {fb.reason}; ran {fb.calls} times, "
                          f"{1e3 * fb.seconds:.2f} ms, {share:.1f}% of the time")  # fmt: skip
         return "\n".join(lines)
 
@@ -103,11 +116,14 @@ def _checked(index: int, value, spec):
     return tensor
 
 
-def compile_model(model, input_signature, *, fallback: str = "tf", target=None) -> CompiledModel:
+def compile_model(model, input_signature, *, fallback: str = "tf", target=None, deny=None) -> CompiledModel:
     """Compile a whole TF model (Keras model, tf.function, callable) into one Relax VM program.
 
+    `input_signature`: TensorSpecs, nested as the model takes its inputs (e.g. `[[s1, s2]]`
+    for a two-input Keras model); `None` dims are compiled once, symbolically.
     `fallback="tf"`: ops without a TVM conversion run in TF, called from the VM;
     `fallback="error"`: such ops raise `Unsupported` (tftvm.graph.convert), naming them.
+    `deny`: TF op types to keep in TF although they convert.
     `target`: a TVM target dict (default: this CPU).
     """
     import tvm
@@ -116,13 +132,14 @@ def compile_model(model, input_signature, *, fallback: str = "tf", target=None) 
 
     if fallback not in ("tf", "error"):
         raise ValueError(f"fallback must be 'tf' or 'error', got {fallback!r}")
+    deny = frozenset(deny or ())
     frozen = freeze(model, input_signature)
     if fallback == "error":
-        _, needed = whole.to_relax(frozen, lambda fb: None)
+        _, needed = whole.to_relax(frozen, lambda fb: None, deny)
         if needed:
             raise Unsupported("fallback='error', and these ops have no TVM conversion: "
                               + "; ".join(f"{fb.op} ({fb.node}): {fb.reason}" for fb in needed))  # fmt: skip
-    mod, fallbacks = whole.to_relax(frozen, _register_tf_runner(frozen))
+    mod, fallbacks = whole.to_relax(frozen, _register_tf_runner(frozen), deny)
     target = resolve_target(target)
     start = time.perf_counter()
     executable = tvm.compile(_fused_and_scheduled(mod), target=target)
@@ -172,10 +189,11 @@ def _fused_and_scheduled(mod):
 
 
 def _register_tf_runner(frozen):
-    """The function that makes one TF node callable from the VM, by a global name.
+    """The function that makes one TF node (or island) callable from the VM, by a global name.
 
-    The node runs as one eager TF op (TF's own op dispatch, about 35 µs); a node
-    whose attributes cannot be passed eagerly runs as the frozen graph pruned to it.
+    A single node runs as one eager TF op (TF's own op dispatch, about 35 µs); an
+    island, or a node whose attributes cannot be passed eagerly, runs as the frozen
+    graph pruned to it.
     """
     import tensorflow as tf
     import tvm_ffi
@@ -183,15 +201,20 @@ def _register_tf_runner(frozen):
     graph = frozen.graph
 
     def register(fb: whole.Fallback) -> None:
-        op = graph.get_operation_by_name(fb.node)
         dtypes = [graph.get_tensor_by_name(f).dtype for f in fb.feeds]
-        run_op = _eager_op(op, len(fb.fetches)) or _pruned(frozen, fb.feeds, fb.fetches)
+        run_op = None
+        if len(fb.nodes) == 1:
+            op = graph.get_operation_by_name(fb.node)
+            if len(fb.feeds) == sum(1 for i in op.node_def.input if not i.startswith("^")):
+                run_op = _eager_op(op, len(op.outputs), [op.outputs.index(graph.get_tensor_by_name(f))
+                                                         for f in fb.fetches])  # fmt: skip
+        run_op = run_op or _pruned(frozen, fb.feeds, fb.fetches)
 
         def run(*args):
             start = time.perf_counter()
             tensors = [_to_tf(a) for a in args]
             tensors = [t if t.dtype == d else tf.cast(t, d) for t, d in zip(tensors, dtypes)]
-            outs = [_to_tvm(y) for y in run_op(tensors)]
+            outs = unaliased([_to_tvm(y) for y in run_op(tensors)], args)
             fb.calls += 1
             fb.seconds += time.perf_counter() - start
             return outs[0] if len(outs) == 1 else outs
@@ -201,8 +224,45 @@ def _register_tf_runner(frozen):
     return register
 
 
-def _eager_op(op, num_outputs: int):
-    """`op` as an eager call of its TF op type with its attributes; None if they do not translate."""
+def unaliased(outputs: list, inputs: list) -> list:
+    """`outputs`, each copied if its memory overlaps an input's or an earlier output's.
+
+    TF ops may hand back their input's buffer (Identity, IdentityN, Reshape) or a view
+    of it (Split, Unpack, StridedSlice). The VM's memory planner takes what a packed
+    call returns as new memory, and reuses an argument's storage once the argument is
+    dead: an output that aliases it would be overwritten while still in use.
+    """
+    seen = [_span(t) for t in inputs]
+    fresh = []
+    for t in outputs:
+        span = _span(t)
+        if span[1] > span[0] and any(span[0] < end and begin < span[1] for begin, end in seen):
+            t = _copy(t)
+            span = _span(t)
+        seen.append(span)
+        fresh.append(t)
+    return fresh
+
+
+def _span(t) -> tuple[int, int]:
+    """The bytes a TVM tensor covers, [begin, end); (0, 0) for what is no tensor."""
+    if not hasattr(t, "data_ptr"):
+        return (0, 0)
+    begin = t.data_ptr()
+    return begin, begin + t.numel() * ((t.dtype.bits * t.dtype.lanes + 7) // 8)
+
+
+def _copy(t):
+    import tvm
+
+    copy = tvm.runtime.empty(t.shape, t.dtype, t.device)
+    copy.copyfrom(t)
+    return copy
+
+
+def _eager_op(op, num_outputs: int, picked: list[int]):
+    """`op` as an eager call of its TF op type with its attributes, giving back its outputs
+    `picked`; None if the attributes do not translate."""
     import tensorflow as tf
     from tensorflow.python.eager import context, execute
 
@@ -221,7 +281,8 @@ def _eager_op(op, num_outputs: int):
     op_type, attrs = op.type, tuple(attrs)
 
     def run(tensors):
-        return execute.execute(op_type, num_outputs, tensors, attrs, context.context())
+        outputs = execute.execute(op_type, num_outputs, tensors, attrs, context.context())
+        return [outputs[i] for i in picked]
 
     return run
 

@@ -22,8 +22,8 @@ class Optimized(tf.Module):
         self._rebuild = rebuild
         structure = frozen.structured_outputs
 
-        def call(*args):
-            flat = run(*args)
+        def call(*args):  # args are structured as the signature (e.g. a list of two tensors)
+            flat = run(*tf.nest.flatten(args))
             return tf.nest.pack_sequence_as(structure, flat) if structure is not None else flat
 
         # An instance attribute, so tf.saved_model.save keeps it and the loaded object is callable.
@@ -41,6 +41,11 @@ class Optimized(tf.Module):
         """`optimize` run again on the same function and signature with `options` changed
         (e.g. database=): the kernel cache makes the unchanged kernels cheap."""
         return self._rebuild(**options)
+
+    def summary(self) -> report.ConversionReport:
+        """What ran where, as data: compute nodes, offloaded count, TF ops with reasons,
+        failed clusters with errors."""
+        return report.summarize(self._frozen, self._clusters, self._reasons)
 
     def report(self) -> str:
         text = report.format_report(self._frozen, self._clusters, self._reasons)
@@ -106,14 +111,14 @@ def _random_inputs(input_signature) -> list:
     import numpy as np
 
     rng = np.random.default_rng(0)
-    inputs = []
-    for spec in input_signature:
+
+    def make(spec):
         shape = [2 if d is None else d for d in spec.shape.as_list()]
         if spec.dtype.is_floating:
-            inputs.append(tf.constant(rng.standard_normal(shape), dtype=spec.dtype))
-        else:
-            inputs.append(tf.constant(rng.integers(0, 4, shape), dtype=spec.dtype))
-    return inputs
+            return tf.constant(rng.standard_normal(shape), dtype=spec.dtype)
+        return tf.constant(rng.integers(0, 4, shape), dtype=spec.dtype)
+
+    return tf.nest.map_structure(make, list(input_signature))
 
 
 def _compare(fn, optimized, inputs) -> list[tuple[float, float]]:

@@ -1,18 +1,54 @@
 """The conversion report: what ran where, and why the rest stayed in TF."""
 from __future__ import annotations
 
+import dataclasses
 from collections import Counter
 
 from .mark import NOT_COMPUTE
 
 
-def format_report(frozen, clusters, reasons) -> str:
+@dataclasses.dataclass(frozen=True)
+class OpInTF:
+    """A compute node that runs in TF, and why."""
+
+    node: str
+    op: str
+    reason: str
+
+
+@dataclasses.dataclass
+class ConversionReport:
+    """What ran where, as data (both `optimize` and `compile_model` give one)."""
+
+    compute_nodes: int  # nodes that compute (not Const, Identity, NoOp, Placeholder)
+    offloaded: int  # of those, how many run in TVM
+    in_tf: list  # OpInTF for each compute node that runs in TF
+    failed_clusters: list  # (cluster index, error) for each cluster that failed to compile
+
+    @property
+    def fraction(self) -> float:
+        return self.offloaded / self.compute_nodes if self.compute_nodes else 1.0
+
+
+def summarize(frozen, clusters, reasons) -> ConversionReport:
+    """The report of an `optimize` result, as data."""
     compute = [n for n in frozen.graph_def.node if n.op not in NOT_COMPUTE]
     offloaded = {n.name for c in clusters if c.program is not None for n in c.nodes}
     in_failed = {n.name for c in clusters if c.program is None for n in c.nodes}
-    done = [n for n in compute if n.name in offloaded]
-    pct = 100.0 * len(done) / max(1, len(compute))
-    lines = [f"compute nodes: {len(compute)}, offloaded to TVM: {len(done)} ({pct:.1f}%)"]
+    in_tf = []
+    for n in compute:
+        if n.name not in offloaded:
+            why = reasons.get(n.name) or ("its cluster failed to compile (above)" if n.name in in_failed
+                                          else "cluster below min_cluster_size")  # fmt: skip
+            in_tf.append(OpInTF(n.name, n.op, why))
+    failed = [(c.index, c.error) for c in clusters if c.program is None]
+    return ConversionReport(len(compute), len(compute) - len(in_tf), in_tf, failed)
+
+
+def format_report(frozen, clusters, reasons) -> str:
+    summary = summarize(frozen, clusters, reasons)
+    lines = [f"compute nodes: {summary.compute_nodes}, offloaded to TVM: {summary.offloaded} "
+             f"({100 * summary.fraction:.1f}%)"]  # fmt: skip
     for c in clusters:
         ops = Counter(n.op for n in c.nodes if n.op not in NOT_COMPUTE)
         shapes = ", ".join(str(frozen.tensor(t).shape) for t in c.inputs)
@@ -22,12 +58,7 @@ def format_report(frozen, clusters, reasons) -> str:
         lines.append(f"cluster {c.index}: {sum(ops.values())} ops "
                      f"({', '.join(f'{k} x{v}' for k, v in sorted(ops.items()))}); "
                      f"inputs {shapes}; outputs {out_shapes}; {status}")  # fmt: skip
-    stayed = Counter((n.op, reasons[n.name]) for n in compute
-                     if n.name not in offloaded and reasons.get(n.name))  # fmt: skip
-    for n in compute:
-        if n.name not in offloaded and not reasons.get(n.name):
-            why = "its cluster failed to compile (above)" if n.name in in_failed else "cluster below min_cluster_size"
-            stayed[(n.op, why)] += 1
+    stayed = Counter((op.op, op.reason) for op in summary.in_tf)
     for (op, why), count in sorted(stayed.items()):
         lines.append(f"stayed in TF: {op} x{count}: {why}")
     return "\n".join(lines)

@@ -2,15 +2,18 @@
 
 Every node goes through the converter table (convert.py). A node that has no
 converter, or whose converter refuses it, becomes a `call_pure_packed` to a
-global function that runs just that node in TF (the frozen graph pruned to it),
-on the VM's tensors through DLPack. Its outputs' shapes are TF's shape inference
-at conversion time; dims TF does not know are bound at run time by `match_cast`.
+global function that runs just that node in TF, on the VM's tensors through
+DLPack. Nodes joined by values the VM cannot hold (TensorList variants,
+resources, strings: an RNN's loop and its lists) run together as one such call,
+a TF "island". Outputs' shapes are TF's shape inference at conversion time;
+dims TF does not know are bound at run time by `match_cast`.
 """
 from __future__ import annotations
 
 import dataclasses
-import uuid
 import logging
+import uuid
+from collections import defaultdict
 
 from . import convert
 from .mark import SUPPORTED_DTYPES, reason_unsupported
@@ -18,50 +21,126 @@ from .mark import SUPPORTED_DTYPES, reason_unsupported
 log = logging.getLogger(__name__)
 
 _SKIP = {"NoOp"}
+# What crosses between the VM and TF through DLPack; anything else stays inside an island.
+CROSSABLE_DTYPES = SUPPORTED_DTYPES | {"bfloat16", "int8", "int16", "uint8", "uint16", "uint32", "uint64"}
 
 
 @dataclasses.dataclass
 class Fallback:
-    """One TF node that runs in TF, called by the Relax VM."""
+    """TF nodes that run in TF, called by the Relax VM: one node, or an island of them."""
 
-    node: str
-    op: str
+    node: str  # the first node (the island's name)
+    op: str  # its op type, or the island's op types
     reason: str
     packed_name: str  # the global function the VM calls
     feeds: list = dataclasses.field(default_factory=list)  # TF tensor names the VM passes in
     fetches: list = dataclasses.field(default_factory=list)  # TF tensor names it gets back
+    nodes: list = dataclasses.field(default_factory=list)  # every node it runs
     calls: int = 0
     seconds: float = 0.0
 
+    def __post_init__(self):
+        self.nodes = self.nodes or [self.node]
 
-def topological(graph_def) -> list:
-    """The graph's nodes, each after all of its inputs (data and control)."""
+
+def _inputs(node) -> list[str]:
+    return [i.lstrip("^").split(":")[0] for i in node.input]
+
+
+def _units(graph_def, island_of: dict) -> list[list]:
+    """Nodes in topological order, the members of each island together as one unit."""
     nodes = {n.name: n for n in graph_def.node}
+    members = defaultdict(list)
+    for n in graph_def.node:
+        members[island_of.get(n.name, n.name)].append(n)
+    preds = defaultdict(set)
+    for n in graph_def.node:
+        unit = island_of.get(n.name, n.name)
+        preds[unit].update(island_of.get(d, d) for d in _inputs(n) if d in nodes)
+        preds[unit].discard(unit)
     order, state = [], {}
-    for start in graph_def.node:
-        stack = [(start.name, False)]
+    for start in members:
+        stack = [(start, False)]
         while stack:
-            name, done = stack.pop()
+            unit, done = stack.pop()
             if done:
-                state[name] = "done"
-                order.append(nodes[name])
+                order.append(members[unit])
                 continue
-            if state.get(name):
+            if state.get(unit):
                 continue
-            state[name] = "visiting"
-            stack.append((name, True))
-            for i in nodes[name].input:
-                dep = i.lstrip("^").split(":")[0]
-                if dep in nodes and not state.get(dep):
-                    stack.append((dep, False))
+            state[unit] = True
+            stack.append((unit, True))
+            stack.extend((p, False) for p in preds[unit] if not state.get(p))
     return order
 
 
-def to_relax(frozen, run_in_tf):
+def islands(frozen) -> dict:
+    """node name -> island name, for the nodes joined by values the VM cannot hold.
+
+    An island must be convex: a VM node on a path from the island back into it
+    joins it, else the island would wait for its own output.
+    """
+    graph, nodes = frozen.graph, {n.name: n for n in frozen.graph_def.node}
+    parent = {}
+
+    def find(x):
+        while parent.get(x, x) != x:
+            x = parent[x]
+        return x
+
+    def union(a, b):
+        a, b = find(a), find(b)
+        if a != b:
+            parent[b] = a
+
+    for n in frozen.graph_def.node:
+        for t in graph.get_operation_by_name(n.name).outputs:
+            if t.dtype.name not in CROSSABLE_DTYPES:
+                for c in t.consumers():
+                    union(n.name, c.name)
+    while True:
+        groups = defaultdict(set)
+        for name in parent:
+            groups[find(name)].add(name)
+        grown = False
+        for root, group in groups.items():
+            between = _descendants(nodes, group) & _ancestors(nodes, group) - group
+            for name in between:
+                union(root, name)
+                grown = True
+        if not grown:
+            return {name: find(name) for name in parent}
+
+
+def _ancestors(nodes, group) -> set:
+    seen, stack = set(), list(group)
+    while stack:
+        for d in _inputs(nodes[stack.pop()]):
+            if d in nodes and d not in seen:
+                seen.add(d)
+                stack.append(d)
+    return seen
+
+
+def _descendants(nodes, group) -> set:
+    consumers = defaultdict(list)
+    for n in nodes.values():
+        for d in _inputs(n):
+            consumers[d].append(n.name)
+    seen, stack = set(), list(group)
+    while stack:
+        for c in consumers[stack.pop()]:
+            if c not in seen:
+                seen.add(c)
+                stack.append(c)
+    return seen
+
+
+def to_relax(frozen, run_in_tf, deny=frozenset()):
     """(IRModule, [Fallback]): the graph as one Relax `main`.
 
-    `run_in_tf(fallback)` is called for each node that stays in TF, to register
-    the packed function the VM will call for it.
+    `run_in_tf(fallback)` is called for each node (or island) that stays in TF, to
+    register the packed function the VM will call for it. Op types in `deny` stay in TF.
     """
     from tvm import relax
 
@@ -72,25 +151,30 @@ def to_relax(frozen, run_in_tf):
         env[t.name] = params[-1]
     with bb.function("main", params):
         with bb.dataflow():  # a dataflow block: what FuseOps fuses
-            fallbacks = _convert_nodes(bb, frozen, env, run_in_tf)
+            fallbacks = _convert_nodes(bb, frozen, env, run_in_tf, deny)
             outputs = [env[t.name] for t in frozen.outputs]
             out = bb.emit_output(outputs[0] if len(outputs) == 1 else relax.Tuple(outputs))
         bb.emit_func_output(out)
     return bb.get(), fallbacks
 
 
-def _convert_nodes(bb, frozen, env, run_in_tf) -> list[Fallback]:
+def _convert_nodes(bb, frozen, env, run_in_tf, deny) -> list[Fallback]:
     import tensorflow as tf
     from tvm import relax
 
     # The VM calls each fallback by a process-wide name: unique per compiled model, so
     # that models loaded side by side (same node names, say) never call each other's.
     prefix = f"tftvm.fallback.{uuid.uuid4().hex[:16]}"
-    graph = frozen.graph
     constants: dict = {}
     ctx = convert.Context(constants)
     fallbacks = []
-    for node in topological(frozen.graph_def):
+    island_of = islands(frozen)
+    for unit in _units(frozen.graph_def, island_of):
+        if len(unit) > 1 or unit[0].name in island_of:
+            reason = _island_reason(frozen.graph, unit)
+            fallbacks.append(_fall_back(bb, frozen, env, run_in_tf, prefix, unit, reason))
+            continue
+        node = unit[0]
         if node.op == "Placeholder" or node.op in _SKIP:
             continue
         if node.op == "Const":
@@ -99,26 +183,89 @@ def _convert_nodes(bb, frozen, env, run_in_tf) -> list[Fallback]:
             if value.dtype.name in SUPPORTED_DTYPES:
                 env[node.name + ":0"] = relax.const(value)
             continue
-        reason = reason_unsupported(node, graph)  # the same test optimize marks nodes with
-        data_inputs = [convert._tensor_name(i) for i in node.input if not i.startswith("^")]
+        reason = reason_unsupported(node, frozen.graph)  # the same test optimize marks nodes with
+        if reason is None and node.op in deny:
+            reason = "in the deny list"
         if reason is None:
-            try:
-                value = convert.CONVERTERS[node.op](ctx, node, *[env[i] for i in data_inputs])
-                convert.bind_outputs(bb, env, node, value)
+            reason = _try_convert(bb, ctx, env, node, frozen.graph)
+            if reason is None:
                 continue
-            except convert.Unsupported as err:
-                reason = str(err)
-            except KeyError as err:  # an input only TF can produce (e.g. a string)
-                reason = f"input {err} is not a TVM value"
-        op = graph.get_operation_by_name(node.name)
-        feeds = [i for i in data_inputs if i in env]
-        fb = Fallback(node.name, node.op, reason, f"{prefix}.{node.name}",
-                      feeds, [t.name for t in op.outputs])  # fmt: skip
-        run_in_tf(fb)
-        fallbacks.append(fb)
-        _call_tf(bb, env, fb, [_materialize(env[f]) for f in feeds], op.outputs)
-        log.info("%s (%s) runs in TF: %s", node.name, node.op, reason)
+        fallbacks.append(_fall_back(bb, frozen, env, run_in_tf, prefix, [node], reason))
     return fallbacks
+
+
+def _island_reason(graph, unit) -> str:
+    dtypes = sorted({t.dtype.name for n in unit for t in graph.get_operation_by_name(n.name).outputs
+                     if t.dtype.name not in CROSSABLE_DTYPES})  # fmt: skip
+    return f"{len(unit)} TF ops joined by values of dtype {', '.join(dtypes)}, which only TF can hold"
+
+
+def _try_convert(bb, ctx, env, node, graph) -> str | None:
+    """Convert `node` into the function; None on success, else why it stays in TF."""
+    data_inputs = [convert._tensor_name(i) for i in node.input if not i.startswith("^")]
+    missing = [i for i in data_inputs if i not in env]
+    if missing:  # an input only TF can produce (e.g. a string)
+        return f"input {missing[0]} is not a TVM value"
+    try:
+        value = convert.CONVERTERS[node.op](ctx, node, *[env[i] for i in data_inputs])
+        convert.bind_outputs(bb, env, node, value)
+        return _unknown_shape(env, node, graph)
+    except convert.Unsupported as err:
+        return str(err)
+    except Exception as err:  # a converter's failure costs this op, never the whole model
+        log.warning("converter for %s (%s) failed, it runs in TF: %s: %s", node.name, node.op,
+                    type(err).__name__, err)  # fmt: skip
+        return f"converter failed: {type(err).__name__}: {err}"
+
+
+def _unknown_shape(env, node, graph) -> str | None:
+    """Why a converted output cannot stay in Relax: its shape is unknown (e.g. `a + b` over
+    two different symbolic batch dims), and Relax's legalization needs every shape."""
+    from tvm import relax
+
+    for t in graph.get_operation_by_name(node.name).outputs:
+        ty = getattr(env.get(t.name), "ty", None)
+        if isinstance(ty, relax.TensorType) and ty.shape is None:
+            return f"Relax cannot infer the shape of {t.name} from its inputs' symbolic dims"
+    return None
+
+
+def _dims(t) -> list:
+    """TF's static shape of `t`, each unknown dim a fresh symbolic one."""
+    from tvm import tirx
+
+    return [tirx.Var(f"{t.op.type.lower()}_{d}", "int64") if s is None else int(s)
+            for d, s in enumerate(t.shape.as_list())]  # fmt: skip
+
+
+def _fall_back(bb, frozen, env, run_in_tf, prefix, unit, reason) -> Fallback:
+    """Emit the call into TF for the nodes of `unit` and bind what they give back."""
+    graph = frozen.graph
+    names = {n.name for n in unit}
+    feeds, fetches, outputs = [], [], []
+    for n in unit:
+        for i in n.input:
+            t = convert._tensor_name(i)
+            # An island computes its constants itself: TF's shape functions need their values.
+            is_const = graph.get_tensor_by_name(t).op.type == "Const" and len(unit) > 1
+            if not i.startswith("^") and t.split(":")[0] not in names and t in env and t not in feeds and not is_const:
+                feeds.append(t)
+    graph_outputs = {t.name for t in frozen.outputs}
+    for n in unit:
+        for t in graph.get_operation_by_name(n.name).outputs:
+            used_outside = any(c.name not in names for c in t.consumers()) or t.name in graph_outputs
+            if (len(unit) == 1 or used_outside) and t.dtype.name in CROSSABLE_DTYPES:
+                fetches.append(t.name)
+                outputs.append(t)
+    ops = sorted({n.op for n in unit})
+    op = unit[0].op if len(unit) == 1 else ", ".join(ops)
+    fb = Fallback(unit[0].name, op, reason, f"{prefix}.{unit[0].name}", feeds, fetches,
+                  [n.name for n in unit])  # fmt: skip
+    run_in_tf(fb)
+    if outputs:
+        _call_tf(bb, env, fb, [_materialize(env[f]) for f in feeds], outputs)
+    log.info("%s (%s) runs in TF: %s", fb.node, fb.op, reason)
+    return fb
 
 
 def _materialize(value):
@@ -133,7 +280,7 @@ def _materialize(value):
 
 def _call_tf(bb, env, fb: Fallback, args, outputs) -> None:
     """Emit the call into TF and bind each output with the shape TF inferred."""
-    from tvm import relax, tirx
+    from tvm import relax
 
     loose = [relax.TensorType(ndim=t.shape.rank if t.shape.rank is not None else -1, dtype=t.dtype.name)
              for t in outputs]  # fmt: skip
@@ -144,6 +291,4 @@ def _call_tf(bb, env, fb: Fallback, args, outputs) -> None:
         if t.shape.rank is None:
             env[t.name] = item
             continue
-        dims = [tirx.Var(f"{fb.op.lower()}{i}_{d}", "int64") if s is None else int(s)
-                for d, s in enumerate(t.shape.as_list())]  # fmt: skip
-        env[t.name] = bb.match_cast(item, relax.TensorType(dims, t.dtype.name))
+        env[t.name] = bb.match_cast(item, relax.TensorType(_dims(t), t.dtype.name))
