@@ -22,12 +22,14 @@ def freeze(fn, input_signature) -> FrozenGraph:
     import tensorflow as tf
     from tensorflow.python.framework import convert_to_constants
 
+    from .inline import inline_graph
+
     function = fn if hasattr(fn, "get_concrete_function") else tf.function(fn)
     concrete = function.get_concrete_function(*input_signature)
     frozen = convert_to_constants.convert_variables_to_constants_v2(concrete)
     inputs = [t.name for t in frozen.inputs]
     outputs = [t.name for t in frozen.outputs]
-    graph_def = _fold_constants(frozen.graph, outputs)
+    graph_def = _fold_constants(inline_graph(frozen.graph), outputs)  # nested jit calls too
     graph = tf.Graph()
     with graph.as_default():
         tf.graph_util.import_graph_def(graph_def, name="")
