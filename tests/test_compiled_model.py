@@ -189,3 +189,15 @@ def test_a_converter_that_crashes_costs_one_op_not_the_model(monkeypatch, rng):
     (op,) = exe.summary().in_tf
     assert op.op == "Tanh" and op.reason == "converter failed: TypeError: a converter bug"
     assert exe.summary().offloaded == 2
+
+
+def test_a_keras_lstm_runs_and_its_loop_body_counts_as_tf_in_both_summaries(rng):
+    keras.utils.set_random_seed(0)
+    inp = keras.Input((5, 4))
+    model = keras.Model(inp, keras.layers.Dense(2)(keras.layers.LSTM(8)(inp)))
+    x = rng.standard_normal((3, 5, 4)).astype(np.float32)
+    for compiled in (tftvm.compile_model(model, [tf.TensorSpec([None, 5, 4])]),
+                     tftvm.optimize(model, [tf.TensorSpec([None, 5, 4])])):  # fmt: skip
+        np.testing.assert_allclose(compiled(x), model(x), rtol=1e-5, atol=1e-5)
+        body = [op for op in compiled.summary().in_tf if "inside While" in op.reason]
+        assert {"MatMul", "Sigmoid", "Tanh"} <= {op.op for op in body}

@@ -56,6 +56,7 @@ CASES = {
     "Pack": (lambda x, y: tf.stack([x, y], axis=1), [(2, 3), (2, 3)]),
     "Erfc": (tf.math.erfc, [(5,)]),
     "StopGradient": (lambda x: tf.stop_gradient(x) * 2.0, [(3,)]),
+    "IdentityN": (lambda x, y: tf.raw_ops.IdentityN(input=[x * 2.0, y])[0] + 1.0, [(3,), (2,)]),
     "GatherV2": (lambda x: tf.gather(x, [2, 0, 2], axis=1), [(3, 4)]),
     "StridedSlice": (lambda x: x[1:, ::2] + x[:1, 1:3], [(3, 4)]),
     "Einsum": (lambda q, k: tf.einsum("bqhd,bkhd->bhqk", q, k), [(2, 3, 4, 5), (2, 6, 4, 5)]),

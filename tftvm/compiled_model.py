@@ -18,7 +18,7 @@ from .graph import whole
 from .graph.convert import Unsupported
 from .graph.freeze import FrozenGraph, freeze
 from .graph.mark import NOT_COMPUTE
-from .graph.report import ConversionReport, OpInTF
+from .graph.report import ConversionReport, OpInTF, in_tf_with_bodies
 
 log = logging.getLogger(__name__)
 
@@ -88,7 +88,8 @@ class CompiledModel:
         in_tf = [OpInTF(name, self._ops[name], fb.reason) for fb in self.fallbacks for name in fb.nodes
                  if self._ops[name] not in NOT_COMPUTE]  # fmt: skip
         compute = sum(1 for op in self._ops.values() if op not in NOT_COMPUTE)
-        return ConversionReport(compute, compute - len(in_tf), in_tf, [])
+        everything = in_tf_with_bodies(self._frozen.graph_def, in_tf)
+        return ConversionReport(compute + len(everything) - len(in_tf), compute - len(in_tf), everything, [])
 
     def report(self) -> str:
         summary = self.summary()

@@ -13,7 +13,11 @@ import numpy as np
 
 
 class Unsupported(Exception):
-    """This node cannot be converted; the message says why."""
+    """This node cannot be converted; the message says why. `node`, when set, names it."""
+
+    def __init__(self, message: str, node: str | None = None):
+        super().__init__(message)
+        self.node = node
 
 
 class ShapeValue(list):
@@ -119,6 +123,11 @@ for _tf, _rx in {"Relu": "nn.relu", "Sigmoid": "sigmoid", "Tanh": "tanh", "Exp":
 @converts("Identity")
 def _identity(ctx, node, x):
     return x
+
+
+@converts("IdentityN")
+def _identity_n(ctx, node, *xs):
+    return list(xs)  # Keras' swish emits it (a custom gradient); inference passes values through
 
 
 @converts("StopGradient", "PreventGradient")
@@ -368,9 +377,17 @@ def to_relax(nodes, inputs, outputs, constants=None):
                     continue
                 convert = CONVERTERS.get(node.op)
                 if convert is None:
-                    raise Unsupported(f"no converter for TF op {node.op}")
+                    raise Unsupported(f"no converter for TF op {node.op}", node.name)
                 args = [env[_tensor_name(i)] for i in node.input if not i.startswith("^")]
-                bind_outputs(bb, env, node, convert(ctx, node, *args))
+                try:
+                    bind_outputs(bb, env, node, convert(ctx, node, *args))
+                    why = unknown_shape(env, node)
+                except Unsupported as err:
+                    why = str(err)
+                except Exception as err:  # a converter's failure costs this node, not its cluster
+                    why = f"converter failed: {type(err).__name__}: {err}"
+                if why is not None:
+                    raise Unsupported(why, node.name)
             result = [env[_tensor_name(o)] for o in outputs]
             if any(isinstance(r, ShapeValue) for r in result):
                 raise Unsupported("a cluster output is a shape value")
@@ -385,6 +402,20 @@ def relax_param(index: int, dtype: str, shape) -> object:
 
     dims = [tirx.Var(f"d{index}_{d}", "int64") if s is None else int(s) for d, s in enumerate(shape)]
     return relax.Var(f"in{index}", relax.TensorType(dims, dtype))
+
+
+def unknown_shape(env: dict, node) -> str | None:
+    """Why a converted output cannot stay in Relax: its shape is unknown (e.g. `a + b` over
+    two different symbolic batch dims), and Relax's legalization needs every shape."""
+    from tvm import relax
+
+    index = 0
+    while (name := f"{node.name}:{index}") in env:
+        ty = getattr(env[name], "ty", None)
+        if isinstance(ty, relax.TensorType) and ty.shape is None:
+            return f"Relax cannot infer the shape of {name} from its inputs' symbolic dims"
+        index += 1
+    return None
 
 
 def bind_outputs(bb, env: dict, node, value) -> None:

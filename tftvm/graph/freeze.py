@@ -26,7 +26,8 @@ def freeze(fn, input_signature) -> FrozenGraph:
 
     function = fn if hasattr(fn, "get_concrete_function") else tf.function(fn)
     concrete = function.get_concrete_function(*input_signature)
-    frozen = convert_to_constants.convert_variables_to_constants_v2(concrete)
+    # While/If stay functional nodes (RNN layers emit them): one node each, acyclic.
+    frozen = convert_to_constants.convert_variables_to_constants_v2(concrete, lower_control_flow=False)
     inputs = [t.name for t in frozen.inputs]
     outputs = [t.name for t in frozen.outputs]
     graph_def = _fold_constants(inline_graph(frozen.graph), outputs)  # nested jit calls too

@@ -89,15 +89,24 @@ def optimize(fn, input_signature=None, *, cache_size: int = 8, min_cluster_size:
     groups = partition.cluster(order, edges, lambda name: reasons[name] is None,
                                min_cluster_size=min_cluster_size, max_clusters=max_clusters,
                                counts=lambda name: by_name[name].op not in mark.NOT_COMPUTE)  # fmt: skip
-    clusters = []
-    for index, group in enumerate(groups):
+    clusters, pending = [], list(groups)
+    while pending:
+        group = pending.pop(0)
         members = [by_name[name] for name in group]
         inputs, outputs = rewrite.cluster_boundary(members, frozen, consumers)
-        step = rewrite.ClusterStep(index, members, inputs, outputs)
-        _compile(step, frozen, target, strict, database)
+        step = rewrite.ClusterStep(len(clusters), members, inputs, outputs)
+        refused = _compile(step, frozen, target, strict, database)
+        if refused is not None:  # one node refused: it stays in TF, the rest is clustered again
+            reasons[refused] = step.error
+            inside = set(group)
+            pending[:0] = partition.cluster([n for n in order if n in inside],
+                                            [(a, b) for a, b in edges if a in inside and b in inside],
+                                            lambda name: reasons[name] is None, min_cluster_size=min_cluster_size,
+                                            counts=lambda name: by_name[name].op not in mark.NOT_COMPUTE)  # fmt: skip
+            continue
         clusters.append(step)
         if progress is not None:
-            progress(index + 1, len(groups), step)
+            progress(len(clusters), len(clusters) + len(pending), step)
     run = rewrite.replay(frozen, clusters, _schedule(order, edges, clusters))
     optimized = Optimized(frozen, clusters, reasons, run, input_signature,
                           lambda **changed: optimize(fn, input_signature, **{**options, **changed}))  # fmt: skip
@@ -135,19 +144,24 @@ def _compare(fn, optimized, inputs) -> list[tuple[float, float]]:
     return errors
 
 
-def _compile(step, frozen, target, strict, database) -> None:
+def _compile(step, frozen, target, strict, database) -> str | None:
+    """Compile `step`; on failure keep the reason in `step.error` and return the node that
+    refused to convert, if one did (else the whole cluster stays in TF)."""
     start = time.perf_counter()
+    refused = None
     try:
         specs = [(t, frozen.tensor(t).dtype.name, tuple(frozen.tensor(t).shape.as_list())) for t in step.inputs]
         mod = convert.to_relax(step.nodes, specs, step.outputs)
         step.program = lower.RelaxProgram(mod, name=f"cluster{step.index}", target=target, database=database)
-    except Exception as err:  # any failure leaves the cluster in TF, with the reason
+    except Exception as err:  # any failure leaves the cluster (or the refusing node) in TF, with the reason
         if strict:
             raise
-        step.error = f"{type(err).__name__}: {err}"
-        log.warning("cluster %d stays in TF: %s", step.index, step.error)
+        refused = getattr(err, "node", None)
+        step.error = str(err) if refused else f"{type(err).__name__}: {err}"
+        log.warning("%s stays in TF: %s", refused or f"cluster {step.index}", step.error)
     step.compile_seconds = time.perf_counter() - start
     log.info("cluster %d: %d nodes, %.2f s", step.index, len(step.nodes), step.compile_seconds)
+    return refused
 
 
 def _topology(nodes):

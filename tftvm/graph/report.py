@@ -30,6 +30,31 @@ class ConversionReport:
         return self.offloaded / self.compute_nodes if self.compute_nodes else 1.0
 
 
+def body_nodes(graph_def, node) -> list:
+    """The compute nodes inside the functions `node` calls (a While's cond and body, an If's
+    branches), recursively: they run where `node` runs."""
+    library = {f.signature.name: f for f in graph_def.library.function}
+    found, pending, seen = [], [node], set()
+    while pending:
+        for attr in pending.pop().attr.values():
+            names = [attr.func.name] if attr.HasField("func") else [f.name for f in attr.list.func]
+            for name in names:
+                if name in library and name not in seen:
+                    seen.add(name)
+                    inner = [n for n in library[name].node_def if n.op not in NOT_COMPUTE]
+                    found += inner
+                    pending += inner
+    return found
+
+
+def in_tf_with_bodies(graph_def, in_tf: list) -> list:
+    """`in_tf` plus, for each of its nodes that calls functions, the nodes it runs in them."""
+    by_name = {n.name: n for n in graph_def.node}
+    extra = [OpInTF(f"{op.node}/{inner.name}", inner.op, f"inside {op.op} {op.node}, which runs in TF")
+             for op in in_tf for inner in body_nodes(graph_def, by_name[op.node])]  # fmt: skip
+    return in_tf + extra
+
+
 def summarize(frozen, clusters, reasons) -> ConversionReport:
     """The report of an `optimize` result, as data."""
     compute = [n for n in frozen.graph_def.node if n.op not in NOT_COMPUTE]
@@ -42,7 +67,9 @@ def summarize(frozen, clusters, reasons) -> ConversionReport:
                                           else "cluster below min_cluster_size")  # fmt: skip
             in_tf.append(OpInTF(n.name, n.op, why))
     failed = [(c.index, c.error) for c in clusters if c.program is None]
-    return ConversionReport(len(compute), len(compute) - len(in_tf), in_tf, failed)
+    everything = in_tf_with_bodies(frozen.graph_def, in_tf)
+    total = len(compute) + len(everything) - len(in_tf)
+    return ConversionReport(total, len(compute) - len(in_tf), everything, failed)
 
 
 def format_report(frozen, clusters, reasons) -> str:

@@ -66,6 +66,8 @@ def replay(frozen, steps, order):
             op = frozen.graph.get_operation_by_name(node.name)
             graph_def = tf.compat.v1.GraphDef(node=[_without_control_inputs(node)])
             graph_def.versions.CopyFrom(frozen.graph_def.versions)
+            if _calls_functions(node):  # While/If bodies and the like come along with it
+                graph_def.library.CopyFrom(frozen.graph_def.library)
             imported = tf.graph_util.import_graph_def(
                 graph_def, input_map={t: env[t] for t in tensor_inputs(node)},
                 return_elements=[t.name for t in op.outputs] or [node.name], name="",
@@ -80,6 +82,10 @@ def replay(frozen, steps, order):
         return [env[t.name] for t in frozen.outputs]
 
     return run
+
+
+def _calls_functions(node) -> bool:
+    return any(a.HasField("func") or len(a.list.func) for a in node.attr.values())
 
 
 def _without_control_inputs(node):

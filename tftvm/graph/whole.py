@@ -187,7 +187,7 @@ def _convert_nodes(bb, frozen, env, run_in_tf, deny) -> list[Fallback]:
         if reason is None and node.op in deny:
             reason = "in the deny list"
         if reason is None:
-            reason = _try_convert(bb, ctx, env, node, frozen.graph)
+            reason = _try_convert(bb, ctx, env, node)
             if reason is None:
                 continue
         fallbacks.append(_fall_back(bb, frozen, env, run_in_tf, prefix, [node], reason))
@@ -200,7 +200,7 @@ def _island_reason(graph, unit) -> str:
     return f"{len(unit)} TF ops joined by values of dtype {', '.join(dtypes)}, which only TF can hold"
 
 
-def _try_convert(bb, ctx, env, node, graph) -> str | None:
+def _try_convert(bb, ctx, env, node) -> str | None:
     """Convert `node` into the function; None on success, else why it stays in TF."""
     data_inputs = [convert._tensor_name(i) for i in node.input if not i.startswith("^")]
     missing = [i for i in data_inputs if i not in env]
@@ -209,25 +209,13 @@ def _try_convert(bb, ctx, env, node, graph) -> str | None:
     try:
         value = convert.CONVERTERS[node.op](ctx, node, *[env[i] for i in data_inputs])
         convert.bind_outputs(bb, env, node, value)
-        return _unknown_shape(env, node, graph)
+        return convert.unknown_shape(env, node)
     except convert.Unsupported as err:
         return str(err)
     except Exception as err:  # a converter's failure costs this op, never the whole model
         log.warning("converter for %s (%s) failed, it runs in TF: %s: %s", node.name, node.op,
                     type(err).__name__, err)  # fmt: skip
         return f"converter failed: {type(err).__name__}: {err}"
-
-
-def _unknown_shape(env, node, graph) -> str | None:
-    """Why a converted output cannot stay in Relax: its shape is unknown (e.g. `a + b` over
-    two different symbolic batch dims), and Relax's legalization needs every shape."""
-    from tvm import relax
-
-    for t in graph.get_operation_by_name(node.name).outputs:
-        ty = getattr(env.get(t.name), "ty", None)
-        if isinstance(ty, relax.TensorType) and ty.shape is None:
-            return f"Relax cannot infer the shape of {t.name} from its inputs' symbolic dims"
-    return None
 
 
 def _dims(t) -> list:

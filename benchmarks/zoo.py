@@ -1,0 +1,235 @@
+"""The model zoo: real Keras models through both tftvm paths, checked against TF.
+
+    python benchmarks/zoo.py [--models NAME,NAME] [--size S] [--repeats N] [--markdown FILE]
+
+One model of every keras.applications family (random weights, the smallest input
+each accepts unless --size), Keras RNN and text models (LSTM, GRU, SimpleRNN with
+states, Bidirectional, Conv1D), a two-input model and a Transformer encoder block.
+Each is compiled with a `None` batch by `tftvm.optimize` and `tftvm.compile_model`
+and run at batch 1 and 3 against the Keras model itself. Per model and path: the
+share of compute nodes that run in TVM, the largest error relative to the output's
+largest magnitude, the compile time, and the batch-1 latency as a ratio to TF
+(`tf.function(model)`) and to XLA (`jit_compile=True`), all measured in this run
+(medians of N interleaved calls). A model that fails is a row with its error.
+tests/test_zoo.py runs a few of these models small.
+"""
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+APPLICATIONS = {  # family representative -> smallest input side it accepts
+    "ConvNeXtTiny": 32, "DenseNet121": 32, "EfficientNetB0": 32, "EfficientNetV2B0": 32,
+    "InceptionResNetV2": 75, "InceptionV3": 75, "MobileNet": 32, "MobileNetV2": 32,
+    "MobileNetV3Small": 32, "NASNetMobile": 32, "ResNet50": 32,
+    "ResNet50V2": 32, "VGG16": 32, "Xception": 71,
+}  # fmt: skip
+VOCAB, SEQ = 50, 12
+
+
+def application(name: str, size: int):
+    import keras
+
+    def build():
+        keras.utils.set_random_seed(0)
+        # Logits, not the softmax: a softmax of random-weight logits is ~uniform and hides errors.
+        model = getattr(keras.applications, name)(weights=None, input_shape=(size, size, 3),
+                                                   classifier_activation=None)  # fmt: skip
+        return model, [_spec([None, size, size, 3])], lambda rng, b: [rng.standard_normal((b, size, size, 3)).astype(np.float32)]
+
+    return build
+
+
+def _spec(shape, dtype="float32"):
+    import tensorflow as tf
+
+    return tf.TensorSpec(shape, dtype)
+
+
+def _text(body):
+    """A token-id model: Embedding, then `body`'s layers, then a Dense head."""
+
+    def build():
+        import keras
+
+        keras.utils.set_random_seed(0)
+        tokens = keras.Input((SEQ,), dtype="int32")
+        outputs = body(keras.layers.Embedding(VOCAB, 16)(tokens))
+        return (keras.Model(tokens, outputs), [_spec([None, SEQ], "int32")],
+                lambda rng, b: [rng.integers(0, VOCAB, (b, SEQ)).astype(np.int32)])  # fmt: skip
+
+    return build
+
+
+def _layers():
+    import keras
+
+    return keras.layers
+
+
+def _lstm(h):
+    return _layers().Dense(4)(_layers().LSTM(24)(h))
+
+
+def _gru(h):
+    L = _layers()
+    return L.Dense(4)(L.GlobalAveragePooling1D()(L.GRU(24, return_sequences=True)(h)))
+
+
+def _simple_rnn_states(h):
+    L = _layers()
+    seq, state = L.SimpleRNN(16, return_sequences=True, return_state=True)(h)
+    return [L.Dense(4)(state), seq]
+
+
+def _bidirectional(h):
+    L = _layers()
+    h = L.Bidirectional(L.LSTM(12, return_sequences=True))(h)
+    return L.Dense(4)(L.Bidirectional(L.GRU(8))(h))
+
+
+def _conv1d(h):
+    L = _layers()
+    h = L.Conv1D(32, 3, activation="relu", padding="same")(h)
+    return L.Dense(4)(L.GlobalMaxPooling1D()(L.Conv1D(16, 3, dilation_rate=2)(h)))
+
+
+def two_input():
+    import keras
+
+    keras.utils.set_random_seed(0)
+    L = keras.layers
+    image, meta = keras.Input((16, 16, 3)), keras.Input((5,))
+    h = L.GlobalAveragePooling2D()(L.Conv2D(8, 3, activation="relu")(image))
+    out = L.Dense(3)(L.Concatenate()([h, L.Dense(8, activation="swish")(meta)]))
+    model = keras.Model([image, meta], [out, L.Softmax()(out)])
+    signature = [[_spec([None, 16, 16, 3]), _spec([None, 5])]]
+    return model, signature, lambda rng, b: [[rng.standard_normal((b, 16, 16, 3)).astype(np.float32),
+                                              rng.standard_normal((b, 5)).astype(np.float32)]]  # fmt: skip
+
+
+def transformer_block():
+    import keras
+
+    keras.utils.set_random_seed(0)
+    L = keras.layers
+    inp = keras.Input((10, 32))
+    h = L.LayerNormalization()(inp + L.MultiHeadAttention(num_heads=4, key_dim=8)(inp, inp))
+    out = L.LayerNormalization()(h + L.Dense(32)(L.Dense(64, activation="gelu")(h)))
+    return keras.Model(inp, out), [_spec([None, 10, 32])], lambda rng, b: [rng.standard_normal((b, 10, 32)).astype(np.float32)]
+
+
+def models(size: int | None = None) -> dict:
+    """name -> builder() giving (keras model, input_signature, make_inputs(rng, batch))."""
+    zoo = {name: application(name, size or smallest) for name, smallest in APPLICATIONS.items()}
+    zoo.update({"LSTM": _text(_lstm), "GRU": _text(_gru), "SimpleRNN+states": _text(_simple_rnn_states),
+                "Bidirectional": _text(_bidirectional), "Conv1D text": _text(_conv1d),
+                "two-input": two_input, "Transformer block": transformer_block})  # fmt: skip
+    return zoo
+
+
+def compile_with(path: str, model, signature):
+    import tftvm
+
+    return getattr(tftvm, path)(model, signature)
+
+
+def relative_error(want, got) -> float:
+    """The largest deviation over all outputs, relative to each output's largest magnitude."""
+    import tensorflow as tf
+
+    worst = 0.0
+    for w, g in zip(tf.nest.flatten(want), tf.nest.flatten(got)):
+        w, g = np.asarray(w, np.float64), np.asarray(g, np.float64)
+        if w.size:
+            error = float(np.max(np.abs(w - g)) / max(np.max(np.abs(w)), 1e-30))
+            worst = max(worst, error if np.isfinite(error) else np.inf)  # a NaN is no match
+    return worst
+
+
+def check(model, compiled, make_inputs, batches=(1, 3)) -> float:
+    """The relative error of `compiled` against `model` over `batches`."""
+    rng = np.random.default_rng(0)
+    errors = []
+    for batch in batches:
+        inputs = make_inputs(rng, batch)
+        errors.append(relative_error(model(*inputs), compiled(*inputs)))
+    return max(errors)
+
+
+def measure(name: str, build, repeats: int) -> list[dict]:
+    import tensorflow as tf
+    from common import median_ms
+
+    model, signature, make_inputs = build()
+    inputs = make_inputs(np.random.default_rng(1), 1)
+    reference = tf.function(model)
+    xla = tf.function(model, jit_compile=True)
+    rows, runs = [], {}
+    for path in ("optimize", "compile_model"):
+        row = {"model": name, "path": path}
+        try:
+            start = time.perf_counter()
+            compiled = compile_with(path, model, signature)
+            row["compile s"] = time.perf_counter() - start
+            summary = compiled.summary()
+            row["in TVM %"] = 100 * summary.fraction
+            row["rel error"] = check(model, compiled, make_inputs)
+            runs[path] = compiled
+        except Exception as err:  # a failing model is a row of the table, not the end of the run
+            row["error"] = f"{type(err).__name__}: {str(err).splitlines()[0][:80]}"
+        rows.append(row)
+    try:
+        xla(*inputs)
+    except Exception:  # XLA cannot compile every model (e.g. some RNNs): no XLA column then
+        xla = None
+    times = {way: [] for way in ["TF", "XLA", *runs] if way != "XLA" or xla is not None}
+    calls = {"TF": reference, "XLA": xla, **runs}
+    for _ in range(3):  # interleaved rounds, the median of the round medians
+        for way in times:
+            times[way].append(median_ms(calls[way], *inputs, repeats=max(1, repeats // 3)))
+    tf_ms = float(np.median(times["TF"]))
+    for row in rows:
+        if row["path"] in times:
+            row["ms"] = float(np.median(times[row["path"]]))
+            row["/TF"] = row["ms"] / tf_ms
+        if "XLA" in times:
+            row["XLA/TF"] = float(np.median(times["XLA"])) / tf_ms
+        row["TF ms"] = tf_ms
+    return rows
+
+
+COLUMNS = [("model", ""), ("path", ""), ("in TVM %", ".1f"), ("rel error", ".1e"), ("compile s", ".1f"),
+           ("TF ms", ".2f"), ("ms", ".2f"), ("/TF", ".2f"), ("XLA/TF", ".2f"), ("error", "")]  # fmt: skip
+
+
+def main() -> None:
+    from common import machine, markdown_table, print_table
+
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--models", help="comma-separated names (default: all)")
+    parser.add_argument("--size", type=int, help="input side for the keras.applications models")
+    parser.add_argument("--repeats", type=int, default=30)
+    parser.add_argument("--markdown", help="also write the table as Markdown to this file")
+    args = parser.parse_args()
+    zoo = models(args.size)
+    names = args.models.split(",") if args.models else list(zoo)
+    print(machine(), f"batch 1 latency, None batch, {args.repeats} calls per median", flush=True)
+    rows = []
+    for name in names:
+        rows += measure(name, zoo[name], args.repeats)
+        print_table(rows[-2:], COLUMNS)
+    print()
+    print_table(rows, COLUMNS)
+    if args.markdown:
+        Path(args.markdown).write_text(markdown_table(rows, COLUMNS) + "\n")
+
+
+if __name__ == "__main__":
+    main()
