@@ -14,7 +14,9 @@ import threading
 import time
 from pathlib import Path
 
-from .graph import whole
+from .graph import control_flow, whole
+from .graph.optimize import offload
+from .graph.rewrite import register_functions
 from .graph.convert import Unsupported
 from .graph.freeze import FrozenGraph, freeze
 from .graph.mark import NOT_COMPUTE
@@ -41,6 +43,9 @@ class CompiledModel:
         self._lock = threading.Lock()  # one VM: its registers and memory plan are not per thread
         self._structure = frozen.structured_outputs
         self._ops = {n.name: n.op for n in frozen.graph_def.node}
+        self.body_offloaded = 0  # compute nodes of loop bodies in TVM (known where compiled)
+        # Bodies rewritten with tftvm ops are functions TF's eager runtime must know to call.
+        register_functions(list(frozen.graph_def.library.function))
         self.calls = 0
         self.seconds = 0.0
 
@@ -89,7 +94,9 @@ class CompiledModel:
                  if self._ops[name] not in NOT_COMPUTE]  # fmt: skip
         compute = sum(1 for op in self._ops.values() if op not in NOT_COMPUTE)
         everything = in_tf_with_bodies(self._frozen.graph_def, in_tf)
-        return ConversionReport(compute + len(everything) - len(in_tf), compute - len(in_tf), everything, [])
+        extra = self.body_offloaded
+        return ConversionReport(compute + len(everything) - len(in_tf) + extra, compute - len(in_tf) + extra,
+                                everything, [])  # fmt: skip
 
     def report(self) -> str:
         summary = self.summary()
@@ -135,6 +142,8 @@ def compile_model(model, input_signature, *, fallback: str = "tf", target=None, 
         raise ValueError(f"fallback must be 'tf' or 'error', got {fallback!r}")
     deny = frozenset(deny or ())
     frozen = freeze(model, input_signature)
+    # Loop and branch bodies get their compute as tftvm ops; the loops run in TF, called by the VM.
+    frozen, bodies = control_flow.optimize_bodies(frozen, lambda body: offload(body, target=target, deny=deny))
     if fallback == "error":
         _, needed = whole.to_relax(frozen, lambda fb: None, deny)
         if needed:
@@ -145,7 +154,9 @@ def compile_model(model, input_signature, *, fallback: str = "tf", target=None, 
     start = time.perf_counter()
     executable = tvm.compile(_fused_and_scheduled(mod), target=target)
     log.info("compiled the model (%d ops in TF) in %.2f s", len(fallbacks), time.perf_counter() - start)
-    return CompiledModel(frozen, fallbacks, executable, str(target))
+    compiled = CompiledModel(frozen, fallbacks, executable, str(target))
+    compiled.body_offloaded = sum(b.offloaded for b in control_flow.flatten(bodies))
+    return compiled
 
 
 def load_model(path) -> CompiledModel:

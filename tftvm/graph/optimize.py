@@ -7,7 +7,7 @@ from collections import defaultdict
 
 import tensorflow as tf
 
-from . import convert, lower, mark, partition, report, rewrite
+from . import control_flow, convert, lower, mark, partition, report, rewrite
 from .freeze import freeze
 
 log = logging.getLogger(__name__)
@@ -29,6 +29,7 @@ class Optimized(tf.Module):
         # An instance attribute, so tf.saved_model.save keeps it and the loaded object is callable.
         self.__call__ = tf.function(call, input_signature=list(input_signature), autograph=False)
         self.validation: list[tuple[float, float]] = []  # (max abs, max rel) error per output
+        self.bodies: list = []  # control_flow.Body per While/If body function
 
     def __call__(self, *args):  # Python looks special methods up on the class
         return self.__dict__["__call__"](*args)
@@ -45,10 +46,13 @@ class Optimized(tf.Module):
     def summary(self) -> report.ConversionReport:
         """What ran where, as data: compute nodes, offloaded count, TF ops with reasons,
         failed clusters with errors."""
-        return report.summarize(self._frozen, self._clusters, self._reasons)
+        return report.summarize(self._frozen, self._clusters, self._reasons, self._body_offloaded())
+
+    def _body_offloaded(self) -> int:
+        return sum(b.offloaded for b in control_flow.flatten(self.bodies))
 
     def report(self) -> str:
-        text = report.format_report(self._frozen, self._clusters, self._reasons)
+        text = report.format_report(self._frozen, self._clusters, self._reasons, self._body_offloaded())
         for i, (abs_err, rel_err) in enumerate(self.validation):
             text += f"\nvalidation: output {i}: max abs error {abs_err:.3g}, max rel error {rel_err:.3g}"
         return text
@@ -75,6 +79,22 @@ def optimize(fn, input_signature=None, *, cache_size: int = 8, min_cluster_size:
 
         return AdaptiveOptimized(fn, lambda sig: optimize(fn, sig, **options), cache_size)
     frozen = freeze(fn, input_signature)
+    frozen, bodies = control_flow.optimize_bodies(frozen, lambda body: offload(body, **{**options, "progress": None}),
+                                                  strict=strict)  # fmt: skip
+    clusters, reasons, run = offload(frozen, **options)
+    optimized = Optimized(frozen, clusters, reasons, run, input_signature,
+                          lambda **changed: optimize(fn, input_signature, **{**options, **changed}))  # fmt: skip
+    optimized.bodies = bodies  # control_flow.Body per While/If body function
+    if validate is not False:
+        inputs = _random_inputs(input_signature) if validate is True else list(validate)
+        optimized.validation = _compare(fn, optimized, inputs)
+    return optimized
+
+
+def offload(frozen, *, min_cluster_size=3, max_clusters=None, allow=None, deny=None, strict=False,
+            target=None, progress=None, database=None):  # fmt: skip
+    """Mark, partition and compile the nodes of `frozen` (the main graph or a loop body):
+    (clusters, reasons, run), `run` being a Python function of its inputs that replays it."""
     nodes = list(frozen.graph_def.node)
     reasons = {}
     for n in nodes:
@@ -107,13 +127,7 @@ def optimize(fn, input_signature=None, *, cache_size: int = 8, min_cluster_size:
         clusters.append(step)
         if progress is not None:
             progress(len(clusters), len(clusters) + len(pending), step)
-    run = rewrite.replay(frozen, clusters, _schedule(order, edges, clusters))
-    optimized = Optimized(frozen, clusters, reasons, run, input_signature,
-                          lambda **changed: optimize(fn, input_signature, **{**options, **changed}))  # fmt: skip
-    if validate is not False:
-        inputs = _random_inputs(input_signature) if validate is True else list(validate)
-        optimized.validation = _compare(fn, optimized, inputs)
-    return optimized
+    return clusters, reasons, rewrite.replay(frozen, clusters, _schedule(order, edges, clusters))
 
 
 def _random_inputs(input_signature) -> list:

@@ -41,7 +41,8 @@ def body_nodes(graph_def, node) -> list:
             for name in names:
                 if name in library and name not in seen:
                     seen.add(name)
-                    inner = [n for n in library[name].node_def if n.op not in NOT_COMPUTE]
+                    # TvmCall nodes are an optimized body's clusters: counted by `offloaded`
+                    inner = [n for n in library[name].node_def if n.op not in NOT_COMPUTE | {"TvmCall"}]
                     found += inner
                     pending += inner
     return found
@@ -55,8 +56,9 @@ def in_tf_with_bodies(graph_def, in_tf: list) -> list:
     return in_tf + extra
 
 
-def summarize(frozen, clusters, reasons) -> ConversionReport:
-    """The report of an `optimize` result, as data."""
+def summarize(frozen, clusters, reasons, body_offloaded: int = 0) -> ConversionReport:
+    """The report of an `optimize` result, as data; `body_offloaded` compute nodes of loop
+    bodies run in TVM."""
     compute = [n for n in frozen.graph_def.node if n.op not in NOT_COMPUTE]
     offloaded = {n.name for c in clusters if c.program is not None for n in c.nodes}
     in_failed = {n.name for c in clusters if c.program is None for n in c.nodes}
@@ -68,12 +70,12 @@ def summarize(frozen, clusters, reasons) -> ConversionReport:
             in_tf.append(OpInTF(n.name, n.op, why))
     failed = [(c.index, c.error) for c in clusters if c.program is None]
     everything = in_tf_with_bodies(frozen.graph_def, in_tf)
-    total = len(compute) + len(everything) - len(in_tf)
-    return ConversionReport(total, len(compute) - len(in_tf), everything, failed)
+    total = len(compute) + len(everything) - len(in_tf) + body_offloaded
+    return ConversionReport(total, len(compute) - len(in_tf) + body_offloaded, everything, failed)
 
 
-def format_report(frozen, clusters, reasons) -> str:
-    summary = summarize(frozen, clusters, reasons)
+def format_report(frozen, clusters, reasons, body_offloaded: int = 0) -> str:
+    summary = summarize(frozen, clusters, reasons, body_offloaded)
     lines = [f"compute nodes: {summary.compute_nodes}, offloaded to TVM: {summary.offloaded} "
              f"({100 * summary.fraction:.1f}%)"]  # fmt: skip
     for c in clusters:

@@ -2,7 +2,9 @@
 
 The frozen graph is replayed in topological order of "steps" (single TF nodes
 and whole clusters) inside a new tf.function: a TF node is re-imported with
-its inputs mapped to the replayed tensors; a cluster is called as a
+its inputs mapped to the replayed tensors (a node that calls library functions,
+such as a While or an If, is imported with them, and they are registered with the
+eager context that runs the traced function); a cluster is called as a
 RelaxProgram. The result is an ordinary traceable, savable TF function.
 """
 from __future__ import annotations
@@ -48,6 +50,7 @@ def replay(frozen, steps, order):
     import tensorflow as tf
 
     by_name = {n.name: n for n in frozen.graph_def.node}
+    library = {f.signature.name: f for f in frozen.graph_def.library.function}
     input_names = [t.name for t in frozen.inputs]
 
     def run(*args):
@@ -66,8 +69,10 @@ def replay(frozen, steps, order):
             op = frozen.graph.get_operation_by_name(node.name)
             graph_def = tf.compat.v1.GraphDef(node=[_without_control_inputs(node)])
             graph_def.versions.CopyFrom(frozen.graph_def.versions)
-            if _calls_functions(node):  # While/If bodies and the like come along with it
-                graph_def.library.CopyFrom(frozen.graph_def.library)
+            called = functions_called(node, library)
+            if called:  # While/If bodies and the functions they call come along with it
+                graph_def.library.function.extend(called)
+                register_functions(called)
             imported = tf.graph_util.import_graph_def(
                 graph_def, input_map={t: env[t] for t in tensor_inputs(node)},
                 return_elements=[t.name for t in op.outputs] or [node.name], name="",
@@ -84,8 +89,31 @@ def replay(frozen, steps, order):
     return run
 
 
-def _calls_functions(node) -> bool:
-    return any(a.HasField("func") or len(a.list.func) for a in node.attr.values())
+def functions_called(node, library: dict) -> list:
+    """The FunctionDefs of `library` that `node` calls (func attrs: a While's cond and body,
+    an If's branches, ...), and the ones those call, transitively."""
+    found, pending = {}, [node]
+    while pending:
+        n = pending.pop()
+        names = [n.op] if n.op in library else []
+        for attr in n.attr.values():
+            names += [attr.func.name] if attr.HasField("func") else [f.name for f in attr.list.func]
+        for name in names:
+            if name in library and name not in found:
+                found[name] = library[name]
+                pending += library[name].node_def
+    return list(found.values())
+
+
+def register_functions(functions) -> None:
+    """Make `functions` known to the eager context: a traced function that calls them runs
+    there, and a graph's imported library is not registered with it."""
+    from tensorflow.python.eager import context
+
+    ctx = context.context()
+    for fdef in functions:
+        if not ctx.has_function(fdef.signature.name):
+            ctx.add_function_def(fdef)
 
 
 def _without_control_inputs(node):
