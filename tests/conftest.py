@@ -62,3 +62,37 @@ def matmul():
 
 
 ROOT = Path(__file__).resolve().parent.parent
+
+
+def tf_graph(fn, specs):
+    """The graph of `fn` traced on `specs` (tf.TensorSpec, None dims allowed), ready for to_relax:
+    (nodes, inputs, outputs, op types)."""
+    import tensorflow as tf
+
+    concrete = tf.function(fn).get_concrete_function(*specs)
+    graph_def = concrete.graph.as_graph_def()
+    placeholders = [n for n in graph_def.node if n.op == "Placeholder"]
+    nodes = [n for n in graph_def.node if n.op != "Placeholder"]
+    inputs = [(p.name, s.dtype.name, s.shape.as_list()) for p, s in zip(placeholders, specs)]
+    return nodes, inputs, [t.name for t in concrete.outputs], {n.op for n in nodes}
+
+
+def check_converter(fn, specs, feeds, op_type: str, rtol=2e-5, atol=2e-5):
+    """Convert `fn` traced on `specs` to Relax, compile it once, and compare it with TF on each
+    feed (a list of arrays per call: several feeds exercise the None dims)."""
+    import tensorflow as tf
+
+    from tftvm.graph.convert import to_relax
+    from tftvm.graph.lower import RelaxProgram
+
+    nodes, inputs, outputs, op_types = tf_graph(fn, specs)
+    assert op_type in op_types, f"the case does not emit {op_type}: {sorted(op_types)}"
+    program = RelaxProgram(to_relax(nodes, inputs, outputs), name=f"convert_{op_type}")
+    for feed in feeds:
+        args = [tf.constant(a) for a in feed]
+        got, want = program(*args), fn(*args)
+        got, want = (list(got), list(want)) if isinstance(want, (list, tuple)) else ([got], [want])
+        for g, w in zip(got, want):
+            assert g.dtype == w.dtype and g.shape == w.shape, (g.dtype, g.shape, w.dtype, w.shape)
+            np.testing.assert_allclose(g.numpy(), w.numpy(), rtol=rtol, atol=atol)
+    return program

@@ -11,12 +11,12 @@ from conftest import run_python
 
 @pytest.fixture(scope="module")
 def mixed_model():
-    """Dense layers around three ops outside the converter table: cumsum, roll, top_k."""
+    """Dense layers around three ops outside the converter table: cumprod, roll, band_part."""
     keras.utils.set_random_seed(0)
     inp = keras.Input((8,))
     h = keras.layers.Dense(16, activation="relu")(inp)
-    h = keras.layers.Lambda(lambda t: tf.roll(tf.math.cumsum(t, axis=-1), shift=3, axis=1))(h)
-    h = keras.layers.Lambda(lambda t: tf.math.top_k(t, k=4).values)(h)
+    h = keras.layers.Lambda(lambda t: tf.roll(tf.math.cumprod(t, axis=-1), shift=3, axis=1))(h)
+    h = keras.layers.Lambda(lambda t: tf.linalg.band_part(t, 0, -1))(h)
     return keras.Model(inp, keras.layers.Dense(4)(h))
 
 
@@ -29,7 +29,7 @@ def test_unconverted_ops_run_in_tf_and_results_match(mixed_model, compiled, rng)
     for batch in (1, 5, 17):  # one symbolic-batch program for every size
         x = rng.standard_normal((batch, 8)).astype(np.float32)
         np.testing.assert_allclose(compiled(x), mixed_model(x), rtol=1e-5, atol=1e-5)
-    assert sorted(fb.op for fb in compiled.fallbacks) == ["Cumsum", "Roll", "TopKV2"]
+    assert sorted(fb.op for fb in compiled.fallbacks) == ["Cumprod", "MatrixBandPart", "Roll"]
 
 
 def test_report_names_the_tf_ops_and_their_calls(mixed_model, rng):
@@ -37,13 +37,13 @@ def test_report_names_the_tf_ops_and_their_calls(mixed_model, rng):
     for _ in range(3):
         exe(rng.standard_normal((2, 8)).astype(np.float32))
     report = exe.report()
-    for op in ("Cumsum", "Roll", "TopKV2"):
+    for op in ("Cumprod", "MatrixBandPart", "Roll"):
         assert f"in TF: {op} (" in report and "ran 3 times" in report
     assert report.startswith("compute nodes:") and "3 calls" in report
 
 
 def test_fallback_error_names_the_ops(mixed_model):
-    with pytest.raises(Unsupported, match="Cumsum.*Roll.*TopKV2|no converter for Cumsum"):
+    with pytest.raises(Unsupported, match="no converter for (Cumprod|Roll|MatrixBandPart)"):
         tftvm.compile_model(mixed_model, [tf.TensorSpec([None, 8])], fallback="error")
     with pytest.raises(ValueError, match="fallback must be 'tf' or 'error'"):
         tftvm.compile_model(mixed_model, [tf.TensorSpec([None, 8])], fallback="numpy")
@@ -88,7 +88,7 @@ def test_export_reloads_in_a_fresh_process(mixed_model, compiled, tmp_path, rng)
     proc = run_python(LOAD.format(path=str(path), x=str(tmp_path / "x.npy"), out=str(tmp_path / "y.npy")))
     assert proc.returncode == 0, proc.stderr[-3000:]
     np.testing.assert_allclose(np.load(tmp_path / "y.npy"), mixed_model(x), rtol=1e-5, atol=1e-5)
-    assert "in TF: TopKV2" in proc.stdout and "ran 1 times" in proc.stdout
+    assert "in TF: MatrixBandPart" in proc.stdout and "ran 1 times" in proc.stdout
 
 
 def test_a_tampered_export_is_refused(compiled, tmp_path):
@@ -102,19 +102,19 @@ def test_a_tampered_export_is_refused(compiled, tmp_path):
 
 
 def test_symbolic_batch_and_sequence_through_attention_after_a_tf_op(rng):
-    # The cumsum's output dims are unknown to TF; the VM binds them when it runs, and the
-    # attention after it compiles once for every batch and sequence length.
+    # The VM hands the roll (in TF) symbolic batch and sequence dims, and the attention
+    # after it compiles once for every batch and sequence length.
     keras.utils.set_random_seed(0)
     inp = keras.Input((None, 8))
     h = keras.layers.Dense(16, activation="relu")(inp)
-    h = keras.layers.Lambda(lambda t: tf.math.cumsum(t, axis=1))(h)
+    h = keras.layers.Lambda(lambda t: tf.roll(t, shift=1, axis=1))(h)
     att = keras.layers.MultiHeadAttention(num_heads=2, key_dim=8)(h, h)
     model = keras.Model(inp, keras.layers.Dense(4)(keras.layers.LayerNormalization()(h + att)))
     exe = tftvm.compile_model(model, [tf.TensorSpec([None, None, 8])])
     for batch, seq in ((1, 3), (2, 7), (4, 16)):
         x = rng.standard_normal((batch, seq, 8)).astype(np.float32)
         np.testing.assert_allclose(exe(x), model(x), rtol=1e-4, atol=1e-4)
-    assert [fb.op for fb in exe.fallbacks] == ["Cumsum"] and exe.calls == 3
+    assert [fb.op for fb in exe.fallbacks] == ["Roll"] and exe.calls == 3
 
 
 EXPORT_ROLL = """

@@ -5,6 +5,8 @@ import tensorflow as tf
 from tftvm.graph.convert import CONVERTERS, Unsupported, to_relax
 from tftvm.graph.lower import RelaxProgram
 
+from conftest import check_converter
+
 F = "float32"
 CASES = {
     "AddV2": (lambda x, y: x + y, [(3, 4), (4,)]),
@@ -115,6 +117,30 @@ def test_converter_matches_tf(op_type, rng):
     np.testing.assert_allclose(got.numpy(), want.numpy(), rtol=2e-5, atol=2e-5)
 
 
+# Where the leading-None rule does not fit a case (a filter's dims, a fixed target shape),
+# its None-dim variant: (fn, shapes, which inputs get a None leading dim). By default every
+# input of rank >= 2 does: a vector is usually a feature size that broadcasts.
+NONE_CASES = {
+    "Conv2D": (CASES["Conv2D"][0], CASES["Conv2D"][1], [0]),
+    "DepthwiseConv2dNative": (CASES["DepthwiseConv2dNative"][0], CASES["DepthwiseConv2dNative"][1], [0]),
+    "Fill": (lambda x: x + tf.fill([4], 2.5), [(3, 4)], [0]),
+    "Reshape": (lambda x: tf.reshape(x, [-1, 12]), [(2, 3, 4)], [0]),
+    "StridedSlice": (lambda x: x[:, ::2] + x[:, 1:3] * x[:, -2:], [(3, 4)], [0]),
+}
+
+
+@pytest.mark.parametrize("op_type", sorted(CASES))
+def test_converter_matches_tf_with_a_none_dim(op_type, rng):
+    fn, shapes = CASES[op_type]
+    batched = [i for i, s in enumerate(shapes) if len(s) >= 2]
+    if op_type in NONE_CASES:
+        fn, shapes, batched = NONE_CASES[op_type]
+    specs = [tf.TensorSpec((None, *s[1:]) if i in batched else s, F) for i, s in enumerate(shapes)]
+    grown = [(s[0] + 2, *s[1:]) if i in batched else s for i, s in enumerate(shapes)]  # a second batch
+    feeds = [[rng.standard_normal(s).astype(F) for s in shapes_] for shapes_ in (shapes, grown)]
+    check_converter(fn, specs, feeds, op_type.split("/")[0])
+
+
 @pytest.mark.parametrize("fn, ops", [
     (lambda x: tf.reshape(x, tf.stack([tf.reduce_prod(tf.shape(x))])), {"Shape", "Prod", "Pack"}),
     (lambda x: tf.reshape(x, tf.concat([tf.shape(x)[1:], tf.shape(x)[:1]], 0)),
@@ -170,8 +196,8 @@ def test_symbolic_batch_dim_compiles_once(rng):
 
 
 def test_unconvertible_op_says_why():
-    nodes, inputs, outputs, _ = graph_of(lambda x: tf.math.cumsum(x), [(4,)])
-    with pytest.raises(Unsupported, match="no converter for TF op Cumsum"):
+    nodes, inputs, outputs, _ = graph_of(lambda x: tf.math.cumprod(x), [(4,)])
+    with pytest.raises(Unsupported, match="no converter for TF op Cumprod"):
         to_relax(nodes, inputs, outputs)
 
 
@@ -179,3 +205,29 @@ def test_non_constant_shape_is_unsupported():
     nodes, inputs, outputs, _ = graph_of(lambda x, s: tf.reshape(x, tf.cast(s, tf.int32)), [(6,), (2,)])
     with pytest.raises(Unsupported, match="must be a constant"):
         to_relax(nodes, inputs, outputs)
+
+
+def test_two_none_batch_dims_meet_in_one_shape(rng):
+    # An RNN cell's x.W + h.U: each input has its own None batch, so Relax knows two symbols.
+    w, u = rng.standard_normal((3, 5)).astype(F), rng.standard_normal((4, 5)).astype(F)
+
+    def cell(x, h):
+        return tf.tanh(tf.matmul(x, w) + tf.matmul(h, u))
+
+    specs = [tf.TensorSpec([None, 3], F), tf.TensorSpec([None, 4], F)]
+    feeds = [[rng.standard_normal((n, 3)).astype(F), rng.standard_normal((n, 4)).astype(F)] for n in (1, 6)]
+    program = check_converter(cell, specs, feeds, "AddV2", rtol=1e-5, atol=1e-5)
+    # Batches that differ are an error that names the dims, never a broadcast or a wrong result.
+    x, h = rng.standard_normal((2, 3)).astype(F), rng.standard_normal((3, 4)).astype(F)
+    with pytest.raises(tf.errors.InvalidArgumentError, match=r"must have shape \[d0_0, 5\]"):
+        program(tf.constant(x), tf.constant(h))
+
+
+def test_filled_shape_from_an_input_dim_alone(rng):
+    # zeros([batch, 3]) is a kernel with no input: the batch reaches it as a scalar.
+    def zeros(x):
+        return tf.zeros(tf.stack([tf.shape(x)[0], 3])) + 1.5, x * 2.0
+
+    feeds = [[rng.standard_normal((n, 2)).astype(F)] for n in (1, 4)]
+    program = check_converter(zeros, [tf.TensorSpec([None, 2], F)], feeds, "Fill")
+    assert any(k.signature.inputs and k.signature.inputs[0].scalar for k in program.kernels)

@@ -49,3 +49,18 @@ def test_tiled_conv_and_pool_match_tf(rng):
     wv = rng.standard_normal((3, 3, 32, 32)).astype(np.float32)
     want = tf.nn.max_pool2d(tf.nn.conv2d(xv, wv, 1, "VALID"), 2, 2, "VALID")
     np.testing.assert_allclose(op(xv, wv).numpy(), want.numpy(), rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.parametrize("m, k, n, parallel", [
+    (8, 16, 32, False),      # 4K iterations: the pool's wake-up would cost more than the work
+    ("m", 32, 256, False),   # an RNN step's x.W, batch counted as TYPICAL_DIM
+    (256, 256, 64, True),    # 4M iterations
+    ("m", 512, 512, True),
+])  # fmt: skip
+def test_only_blocks_worth_it_run_in_parallel(m, k, n, parallel, rng):
+    A, B, C = matmul(te.var("m") if m == "m" else m, k, n)
+    assert ("T.parallel" in scheduled_script(A, B, C)) == parallel
+    op = tftvm.op([A, B], [C], name=f"sched_par_{m}_{k}_{n}")
+    rows = 5 if m == "m" else m
+    a, b = rng.standard_normal((rows, k)).astype(np.float32), rng.standard_normal((k, n)).astype(np.float32)
+    np.testing.assert_allclose(op(a, b).numpy(), a @ b, rtol=1e-4, atol=1e-3)

@@ -16,10 +16,10 @@ import zoo  # noqa: E402
 MODELS = zoo.models()
 CASES = ["MobileNetV2", "EfficientNetB0", "LSTM", "Bidirectional", "SimpleRNN+states", "two-input",
          "Transformer block"]  # fmt: skip
-# Share of compute nodes in TVM that each model keeps. The RNNs' loops run in TF with
-# their bodies (not yet offloaded: issue 16), the two-input model's `a + b` over two
-# different symbolic batch dims too: what they are checked for here is exactness.
-MIN_IN_TVM = {"MobileNetV2": 0.95, "EfficientNetB0": 0.95, "Transformer block": 0.95, "two-input": 0.6}
+# Share of compute nodes in TVM that each model keeps. The RNNs' loops, TensorList ops and
+# loop counters stay in TF; their cells' matmuls and gates run in TVM.
+MIN_IN_TVM = {"MobileNetV2": 0.95, "EfficientNetB0": 0.95, "Transformer block": 0.95, "two-input": 0.95,
+              "LSTM": 0.6, "Bidirectional": 0.6, "SimpleRNN+states": 0.45}  # fmt: skip
 
 
 @pytest.fixture(scope="module")

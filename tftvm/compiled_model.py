@@ -304,8 +304,11 @@ def _pruned(frozen, feeds: list[str], fetches: list[str]):
 
     wrapped = tf.compat.v1.wrap_function(lambda: tf.graph_util.import_graph_def(frozen.graph_def, name=""), [])
     graph = wrapped.graph
-    pruned = wrapped.prune([graph.get_tensor_by_name(f) for f in feeds],
-                           [graph.get_tensor_by_name(f) for f in fetches])  # fmt: skip
+    feeds = [graph.get_tensor_by_name(f) for f in feeds]
+    # A positional signature: without it every call first fails TF's structured binding,
+    # whose error message prints each input's values (8 ms per call on an LSTM's loop).
+    signature = [tf.TensorSpec(f.shape, f.dtype) for f in feeds]
+    pruned = wrapped.prune(feeds, [graph.get_tensor_by_name(f) for f in fetches], input_signature=(signature, {}))
     return lambda tensors: pruned(*tensors)
 
 

@@ -1,7 +1,8 @@
 """A default CPU schedule so untuned kernels are not serial scalar loops.
 
-For every block, the leading data-parallel loops are fused and run in parallel;
-a block that is data-parallel throughout with a static size also gets its
+For every block, the leading data-parallel loops are fused and run in parallel
+(unless the block is too small to pay for waking TVM's worker threads, as each step
+of an RNN's loop is); a block that is data-parallel throughout with a static size also gets its
 innermost chunk vectorized explicitly (LLVM vectorizes the others). A reduction
 over a static, vector-sized output axis (matmul, conv, pooling) is tiled: each
 parallel task accumulates an 8-row register tile and writes it back once. A step
@@ -14,6 +15,11 @@ import logging
 log = logging.getLogger(__name__)
 
 VECTOR_BYTES = 64  # one AVX-512 register; LLVM splits it on narrower targets
+# A block with fewer loop iterations than this runs on the calling thread: waking the
+# pool costs tens of microseconds, more than the work (LSTM step at batch 1: 2.9x TF
+# parallel, 0.8x serial). A symbolic dim counts as TYPICAL_DIM (a batch, a length).
+PARALLEL_MIN_ITERATIONS = 1 << 20
+TYPICAL_DIM = 64
 
 
 def default_cpu_schedule(mod):
@@ -73,19 +79,38 @@ def _schedule_block(sch, block) -> None:
     if spatial == 0:
         return
     lanes = max(1, VECTOR_BYTES // max(1, _dtype_bytes(stmt)))
+    parallel = sch.parallel if _iterations(sch, loops) >= PARALLEL_MIN_ITERATIONS else lambda loop: None
     if _tileable_reduction(sch, stmt, loops, spatial, lanes):
-        _tile_reduction(sch, block, loops, spatial, lanes)
+        _tile_reduction(sch, block, loops, spatial, lanes, parallel)
         return
     fused = sch.fuse(*loops[:spatial]) if spatial > 1 else loops[0]
     extent = sch.get(fused).extent
     if spatial == len(loops) and isinstance(extent, tirx.IntImm) and int(extent) % lanes == 0:
         outer, inner = sch.split(fused, [None, lanes])
         sch.vectorize(inner)
-        sch.parallel(outer)
+        parallel(outer)
     else:
         # A split of a symbolic extent leaves a bounds check in the vector loop,
         # which is slower than letting LLVM vectorize each parallel chunk.
-        sch.parallel(fused)
+        parallel(fused)
+
+
+def _iterations(sch, loops) -> int:
+    """How many times the block runs: the product of its loops' extents, symbolic ones
+    counted as TYPICAL_DIM."""
+    from tvm import tirx
+    from tvm.sym.analyzer import Analyzer
+
+    total = 1
+    for loop in loops:
+        extent = sch.get(loop).extent
+        if not isinstance(extent, tirx.IntImm):
+            typical = Analyzer()
+            for var in tirx.analysis.undefined_vars(extent):
+                typical.bind(var, tirx.IntImm(str(var.ty.dtype), TYPICAL_DIM))
+            extent = typical.simplify(extent)
+        total *= max(1, int(extent)) if isinstance(extent, tirx.IntImm) else TYPICAL_DIM
+    return total
 
 
 TILE_ROWS, TILE_VECTORS = 8, 2  # a register tile of 8 rows x (up to) 2 vectors of accumulators
@@ -103,7 +128,7 @@ def _tileable_reduction(sch, stmt, loops, spatial, lanes) -> bool:
     return isinstance(cols, tirx.IntImm) and int(cols) % lanes == 0
 
 
-def _tile_reduction(sch, block, loops, spatial, lanes) -> None:
+def _tile_reduction(sch, block, loops, spatial, lanes, parallel) -> None:
     """Matmul-like blocks: parallel over output tiles, each tile accumulated in registers
     (vectorized along the last output axis) and written back once."""
     from tvm import tirx
@@ -122,7 +147,7 @@ def _tile_reduction(sch, block, loops, spatial, lanes) -> None:
     write_back = sch.cache_write(block, 0, "local")
     sch.reverse_compute_at(write_back, fused)
     sch.vectorize(sch.get_loops(write_back)[-1])
-    sch.parallel(fused)
+    parallel(fused)
     if len(inner) == 2:
         sch.unroll(inner[0])
     sch.vectorize(ji)

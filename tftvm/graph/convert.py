@@ -47,8 +47,22 @@ def converts(*op_types: str):
 class Context:
     """What a converter may ask about its node beyond its Relax inputs."""
 
-    def __init__(self, constants: dict):
-        self._constants = constants  # TF tensor name -> np.ndarray, for Const inputs
+    def __init__(self, constants: dict, bb=None):
+        self.constants = constants  # TF tensor name -> np.ndarray, for Const inputs
+        self.bb = bb  # the BlockBuilder the node's bindings go to
+        self.merged: list = []  # (symbolic dim, the dim it equals): see same_dims
+
+    def symbol(self, var):
+        """The representative of the symbols merged with `var`."""
+        while (to := next((t for v, t in self.merged if v.same_as(var)), None)) is not None:
+            var = to
+        return var
+
+    def merge(self, a, b) -> None:
+        """Record a == b for two symbolic dims."""
+        a, b = self.symbol(a), self.symbol(b)
+        if not a.same_as(b):
+            self.merged.append((b, a))
 
     def attr(self, node, name, default=None):
         if name not in node.attr:
@@ -63,9 +77,9 @@ class Context:
 
     def constant(self, node, index: int) -> np.ndarray:
         name = _tensor_name(node.input[index])
-        if name not in self._constants:
+        if name not in self.constants:
             raise Unsupported(f"input {index} of {node.op} must be a constant (it is {name})")
-        return self._constants[name]
+        return self.constants[name]
 
 
 def _tensor_name(name: str) -> str:
@@ -84,8 +98,49 @@ def _relax():
     return relax
 
 
+def same_dims(ctx, values: list, skip=()) -> list:
+    """`values` with each symbolic dim that differs from the first value's, at the same place
+    (right-aligned; axes in `skip`, counted from the end, excepted), made that dim.
+
+    Two graph inputs with a None batch get two symbols, so Relax cannot infer the shape of
+    `x * W + h * U`. TF needs those dims equal at run time (or one of them 1, a broadcast no
+    batch dim does), so equal they are: a match_cast gives Relax the shape now, and
+    `merge_symbols` later makes the two symbols one, so a run where the dims differ stops
+    at the kernel's (or the VM's) input check, which names them, never with a wrong result.
+    """
+    from tvm import relax, tirx
+
+    first = list(values[0].ty.shape)
+    out = [values[0]]
+    for value in values[1:]:
+        dims, changed = list(value.ty.shape), False
+        for back in range(1, min(len(first), len(dims)) + 1):
+            a, b = first[-back], dims[-back]
+            if -back in skip or not (isinstance(a, tirx.Var) and isinstance(b, tirx.Var)):
+                continue  # products like d0 * 7 are left to Relax's own inference
+            if not a.same_as(b):
+                ctx.merge(a, b)
+                dims[-back], changed = a, True
+        if changed:
+            value = ctx.bb.match_cast(value, relax.TensorType(dims, value.ty.dtype))
+        out.append(value)
+    return out
+
+
+def merge_symbols(mod, ctx):
+    """`mod` with the symbols `same_dims` merged made one: FuseTIR cannot fuse across the
+    match_casts (it recurses forever), and after the substitution they are no-ops."""
+    from tvm import relax
+
+    if not ctx.merged:
+        return mod
+    mod["main"] = mod["main"].bind_symbolic_vars({v: ctx.symbol(v) for v, _ in ctx.merged})
+    return relax.transform.CanonicalizeBindings()(mod)
+
+
 def _binary(fn_name):
     def convert(ctx, node, x, y):
+        x, y = same_dims(ctx, [x, y])
         return getattr(_relax().op, fn_name)(x, y)
 
     return convert
@@ -149,6 +204,7 @@ def _einsum(ctx, node, *operands):
 @converts("SquaredDifference")
 def _squared_difference(ctx, node, x, y):
     op = _relax().op
+    x, y = same_dims(ctx, [x, y])
     return op.square(op.subtract(x, y))
 
 
@@ -209,6 +265,7 @@ def _batch_matmul(ctx, node, a, b):
         n = len(t.ty.shape)
         return op.permute_dims(t, list(range(n - 2)) + [n - 1, n - 2])
 
+    a, b = same_dims(ctx, [a, b], skip=(-1, -2))  # the batch dims
     if ctx.attr(node, "adj_x", False):
         a = swap_last(a)
     if ctx.attr(node, "adj_y", False):
@@ -284,7 +341,9 @@ def _gather(ctx, node, params, indices, axis):
         idx = np.asarray(ctx.constant(node, 1))
         picked = [params[int(i)] for i in idx.reshape(-1)]
         return ShapeValue(picked, scalar=idx.ndim == 0)
-    return _relax().op.take(params, indices, axis=axis)
+    # TF rejects an index out of range; a kernel cannot raise, but it must never read outside
+    # `params`: clip, not TVM's default unchecked "fast" mode.
+    return _relax().op.take(params, indices, axis=axis, mode="clip")
 
 
 @converts("StridedSlice")
@@ -363,8 +422,8 @@ def to_relax(nodes, inputs, outputs, constants=None):
     for node in nodes:
         if node.op == "Const":
             constants[node.name + ":0"] = tf.make_ndarray(node.attr["value"].tensor)
-    ctx = Context(constants)
     bb = relax.BlockBuilder()
+    ctx = Context(constants, bb)
     params, env = [], {}
     for i, (name, dtype, shape) in enumerate(inputs):
         params.append(relax_param(i, dtype, shape))
@@ -393,7 +452,7 @@ def to_relax(nodes, inputs, outputs, constants=None):
                 raise Unsupported("a cluster output is a shape value")
             out = bb.emit_output(result[0] if len(result) == 1 else relax.Tuple(result))
         bb.emit_func_output(out)
-    return bb.get()
+    return merge_symbols(bb.get(), ctx)
 
 
 def relax_param(index: int, dtype: str, shape) -> object:
@@ -527,7 +586,8 @@ def _concat(ctx, node, *args):
         for i, a in enumerate(args[:-1]):
             dims += _shape_operand(ctx, node, i, a)
         return ShapeValue(dims)
-    return _relax().op.concat(list(args[:-1]), axis=axis)
+    rank = len(args[0].ty.shape)
+    return _relax().op.concat(same_dims(ctx, list(args[:-1]), skip=(axis % rank - rank,)), axis=axis)
 
 
 @converts("Pack")
@@ -537,13 +597,14 @@ def _pack(ctx, node, *args):
         for i, a in enumerate(args):
             dims += _shape_operand(ctx, node, i, a)
         return ShapeValue(dims)
-    return _relax().op.stack(list(args), axis=int(ctx.attr(node, "axis", 0)))
+    return _relax().op.stack(same_dims(ctx, list(args)), axis=int(ctx.attr(node, "axis", 0)))
 
 
 # Element selection, filling and splitting.
 
 @converts("SelectV2")
 def _select_v2(ctx, node, cond, x, y):
+    x, y, cond = same_dims(ctx, [x, y, cond])
     return _relax().op.where(cond, x, y)
 
 
@@ -552,7 +613,8 @@ def _select(ctx, node, cond, x, y):
     # v1: a vector condition picks whole rows of higher-rank x and y.
     rank, cond_rank = len(x.ty.shape), len(cond.ty.shape)
     if cond_rank == 1 and rank > 1:
-        cond = _relax().op.reshape(cond, [cond.ty.shape[0]] + [1] * (rank - 1))
+        cond = ctx.bb.emit(_relax().op.reshape(cond, [cond.ty.shape[0]] + [1] * (rank - 1)))
+    x, y, cond = same_dims(ctx, [x, y, cond])
     return _relax().op.where(cond, x, y)
 
 
@@ -579,6 +641,7 @@ def _reciprocal(ctx, node, x):
 
 @converts("AddN")
 def _add_n(ctx, node, *xs):
+    xs = same_dims(ctx, list(xs))
     total = xs[0]
     for x in xs[1:]:
         total = _relax().op.add(total, x)
@@ -588,6 +651,7 @@ def _add_n(ctx, node, *xs):
 @converts("ClipByValue")
 def _clip_by_value(ctx, node, x, low, high):
     op = _relax().op
+    x, low, high = same_dims(ctx, [x, low, high])
     return op.minimum(op.maximum(x, low), high)
 
 
@@ -635,3 +699,7 @@ def _split(ctx, node, axis, x):
 def _split_v(ctx, node, x, sizes, axis):
     sizes = [int(s) for s in np.asarray(ctx.constant(node, 1)).reshape(-1)]
     return _split_outputs(x, sizes, int(ctx.constant(node, 2)))
+
+
+from . import convert_spatial  # noqa: E402, F401  (registers its converters)
+from . import convert_indexing  # noqa: E402, F401  (registers its converters)

@@ -49,15 +49,16 @@ class RelaxProgram:
             for binding in block.bindings:
                 value = binding.value
                 if isinstance(value, relax.Call) and getattr(value.op, "name", "") == "relax.call_tir":
-                    if len(value.args) > 2:
-                        raise NotImplementedError(f"{name}: call_tir with extra shape arguments")
-                    gv, args = value.args
+                    gv, args = value.args[:2]
+                    tir_vars = list(value.args[2].values) if len(value.args) > 2 else []
                     out_ty = value.ty_args[0]
                     n_out = len(out_ty.fields) if isinstance(out_ty, relax.TupleType) else 1
-                    kernel = op(fused[gv], num_outputs=n_out, name=f"{name}/{gv.name_hint}",
+                    out_tys = list(out_ty.fields) if isinstance(out_ty, relax.TupleType) else [out_ty]
+                    func, dims = dims_as_inputs(fused[gv], out_tys, tir_vars)
+                    kernel = op(func, num_outputs=n_out, name=f"{name}/{gv.name_hint}",
                                 target=target, schedule=schedule, database=database)  # fmt: skip
                     self.kernels.append(kernel)
-                    self._steps.append((binding.var, kernel, list(args.fields)))
+                    self._steps.append((binding.var, kernel, list(args.fields) + dims))
                 elif isinstance(value, relax.Call) and getattr(value.op, "name", "") == "relax.reshape":
                     self._steps.append((binding.var, _reshape, list(value.args)))
                 elif isinstance(value, (relax.Tuple, relax.TupleGetItem, relax.Var)):
@@ -103,6 +104,41 @@ class RelaxProgram:
             else:
                 env.append((var, kernel(*[self._resolve(a, env) for a in args])))
         return self._resolve(self._result, env)
+
+
+def dims_as_inputs(func, out_tys: list, tir_vars: list):
+    """`func` with its params reordered to inputs, dims, outputs; and the dims' expressions
+    in the caller's symbolic dims.
+
+    Relax's PrimFuncs take (inputs, outputs, tir_vars); tftvm ops take inputs then outputs,
+    and TF allocates outputs from shapes the inputs determine. So call_tir's tir_vars, and any
+    output dim that no input dim gives (a Fill to a symbolic shape), become scalar inputs.
+    """
+    from tvm import tirx
+
+    params, n_out = list(func.params), len(out_tys)
+    n_in = len(params) - n_out - len(tir_vars)
+    ins, outs, scalars = params[:n_in], params[n_in : n_in + n_out], params[n_in + n_out :]
+    known = scalars + [p for p in ins if not isinstance(p.ty, tirx.BufferType)]  # FuseTIR's own
+    known += [d for p in ins if isinstance(p.ty, tirx.BufferType) for d in p.ty.shape if isinstance(d, tirx.Var)]
+    free = []
+    for d in (d for p in outs for d in p.ty.shape if not isinstance(d, tirx.IntImm)):
+        for v in tirx.analysis.undefined_vars(d):
+            if not any(v.same_as(k) for k in known + free):
+                free.append(v)
+    if not scalars and not free:
+        return func, []
+    reordered = tirx.PrimFunc(ins + scalars + free + outs, func.body, func.ret_type, func.attrs)
+    return reordered, tir_vars + [_caller_dim(v, outs, out_tys) for v in free]
+
+
+def _caller_dim(var, outs, out_tys):
+    """The caller's expression for a PrimFunc dim var: the output dim it stands for."""
+    for param, ty in zip(outs, out_tys):
+        for dim, caller in zip(param.ty.shape, ty.shape):
+            if dim.same_as(var):
+                return caller
+    raise NotImplementedError(f"output dim {var} is only part of an expression")
 
 
 def _reshape(x, shape):

@@ -3,7 +3,8 @@ from __future__ import annotations
 
 from .convert import CONVERTERS
 
-SUPPORTED_DTYPES = {"float32", "float16", "float64", "int32", "int64", "bool"}
+SUPPORTED_DTYPES = {"float16", "bfloat16", "float32", "float64", "int8", "int16", "int32", "int64",
+                    "uint8", "uint16", "uint32", "uint64", "bool"}  # fmt: skip
 NOT_COMPUTE = {"Const", "Identity", "NoOp", "Placeholder"}  # do not count toward cluster size
 
 

@@ -35,8 +35,11 @@ class Optimized(tf.Module):
         return self.__dict__["__call__"](*args)
 
     def kernels(self) -> list:
-        """The tftvm ops of every compiled cluster, in cluster order (what `tftvm.tune` tunes)."""
-        return [k for c in self._clusters if c.program is not None for k in c.program.kernels]
+        """The tftvm ops of every compiled cluster, the main graph's then the loop and branch
+        bodies' (those that replaced their original), in cluster order: what `tftvm.tune` tunes."""
+        clusters = list(self._clusters)
+        clusters += [c for b in control_flow.flatten(self.bodies) if b.replacement for c in b.clusters]
+        return [k for c in clusters if c.program is not None for k in c.program.kernels]
 
     def rebuilt(self, **options) -> "Optimized":
         """`optimize` run again on the same function and signature with `options` changed

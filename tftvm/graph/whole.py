@@ -149,24 +149,23 @@ def to_relax(frozen, run_in_tf, deny=frozenset()):
     for i, t in enumerate(frozen.inputs):
         params.append(convert.relax_param(i, t.dtype.name, t.shape.as_list()))
         env[t.name] = params[-1]
+    ctx = convert.Context({}, bb)
     with bb.function("main", params):
         with bb.dataflow():  # a dataflow block: what FuseOps fuses
-            fallbacks = _convert_nodes(bb, frozen, env, run_in_tf, deny)
+            fallbacks = _convert_nodes(bb, ctx, frozen, env, run_in_tf, deny)
             outputs = [env[t.name] for t in frozen.outputs]
             out = bb.emit_output(outputs[0] if len(outputs) == 1 else relax.Tuple(outputs))
         bb.emit_func_output(out)
-    return bb.get(), fallbacks
+    return convert.merge_symbols(bb.get(), ctx), fallbacks
 
 
-def _convert_nodes(bb, frozen, env, run_in_tf, deny) -> list[Fallback]:
+def _convert_nodes(bb, ctx, frozen, env, run_in_tf, deny) -> list[Fallback]:
     import tensorflow as tf
     from tvm import relax
 
     # The VM calls each fallback by a process-wide name: unique per compiled model, so
     # that models loaded side by side (same node names, say) never call each other's.
     prefix = f"tftvm.fallback.{uuid.uuid4().hex[:16]}"
-    constants: dict = {}
-    ctx = convert.Context(constants)
     fallbacks = []
     island_of = islands(frozen)
     for unit in _units(frozen.graph_def, island_of):
@@ -179,7 +178,7 @@ def _convert_nodes(bb, frozen, env, run_in_tf, deny) -> list[Fallback]:
             continue
         if node.op == "Const":
             value = tf.make_ndarray(node.attr["value"].tensor)
-            constants[node.name + ":0"] = value
+            ctx.constants[node.name + ":0"] = value
             if value.dtype.name in SUPPORTED_DTYPES:
                 env[node.name + ":0"] = relax.const(value)
             continue

@@ -1,0 +1,313 @@
+"""Gather/scatter, segment, sort/scan, range and broadcast converters against TF, their refusals,
+and the Cast dtype matrix."""
+import keras
+import numpy as np
+import pytest
+import tensorflow as tf
+import tftvm
+from tftvm.graph.convert import Unsupported, to_relax
+from tftvm.graph.convert_indexing import _const_range
+from tftvm.graph.lower import RelaxProgram
+
+from conftest import check_converter, tf_graph
+
+F32, I32 = tf.float32, tf.int32
+
+
+def spec(shape, dtype=F32):
+    return tf.TensorSpec(shape, dtype)
+
+
+def refused(fn, specs, match):
+    nodes, inputs, outputs, _ = tf_graph(fn, specs)
+    with pytest.raises(Unsupported, match=match):
+        to_relax(nodes, inputs, outputs)
+
+
+def normal(rng, *shape):
+    return rng.standard_normal(shape).astype(np.float32)
+
+
+# GatherNd and ScatterNd ----------------------------------------------------------------------
+
+@pytest.mark.parametrize("depth", [1, 2, 3], ids=["rows", "vectors", "scalars"])
+def test_gather_nd(depth, rng):
+    def feed(n, m):  # m in-range coordinates into an (n, 3, 4) tensor
+        coords = np.stack([rng.integers(0, s, m) for s in (n, 3, 4)[:depth]], -1).astype(np.int32)
+        return [normal(rng, n, 3, 4), coords]
+
+    specs = [spec([None, 3, 4]), spec([None, depth], I32)]
+    check_converter(tf.gather_nd, specs, [feed(2, 5), feed(4, 3)], "GatherNd")
+
+
+def scatter_feed(rng, n, cols, rows):
+    """Integer coordinates (with duplicates) in the first `cols` columns, updates after them."""
+    return [np.concatenate([rng.integers(0, rows, (n, cols)), normal(rng, n, 3)], 1).astype(np.float32)]
+
+
+@pytest.mark.parametrize("cols, shape", [(1, [5]), (1, [4, 3]), (2, [3, 4])],
+                         ids=["elements", "rows", "2d"])  # fmt: skip
+def test_scatter_nd_adds_duplicates(cols, shape, rng):
+    def fn(x):
+        upd = x[:, cols] if len(shape) == cols else x[:, cols:]
+        return tf.scatter_nd(tf.cast(x[:, :cols], I32), upd, shape)
+
+    feeds = [scatter_feed(rng, n, cols, min(shape[:cols])) for n in (9, 4)]
+    check_converter(fn, [spec([None, cols + 3])], feeds, "ScatterNd")
+
+
+def test_scatter_nd_ignores_bad_indices_as_tf_does(rng):
+    def fn(x):
+        return tf.raw_ops.ScatterNd(indices=tf.cast(x[:, :1], I32), updates=x[:, 1], shape=[4],
+                                    bad_indices_policy="IGNORE")  # fmt: skip
+
+    bad = np.array([[1, 2.0], [7, 3.0], [-2, 5.0], [1, 0.5]], np.float32)  # 7 and -2 are skipped
+    feeds = [[bad], [scatter_feed(rng, 6, 1, 4)[0][:, :2]]]
+    check_converter(fn, [spec([None, 2])], feeds, "ScatterNd")
+
+
+def test_scatter_nd_with_unrelated_dims_is_refused():
+    refused(lambda i, u: tf.scatter_nd(i, u, [5]), [spec([None, 1], I32), spec([None])], "not provably")
+
+
+def test_gather_nd_ignore_policy_is_refused():
+    fn = lambda p, i: tf.raw_ops.GatherNd(params=p, indices=i, bad_indices_policy="IGNORE")  # noqa: E731
+    refused(fn, [spec([None, 3]), spec([None, 2], I32)], "bad_indices_policy IGNORE")
+
+
+# OneHot, Range, Cumsum, TopKV2 ---------------------------------------------------------------
+
+@pytest.mark.parametrize("axis, on, off, dtype", [(-1, 1.0, 0.0, F32), (0, 2.5, -1.0, F32), (1, 7, 3, I32)],
+                         ids=["last", "first_f32", "middle_i32"])  # fmt: skip
+def test_one_hot(axis, on, off, dtype, rng):
+    fn = lambda i: tf.one_hot(i, 4, on_value=on, off_value=off, axis=axis, dtype=dtype)  # noqa: E731
+    feeds = [[rng.integers(-1, 6, (n, 2)).astype(np.int32)] for n in (5, 2)]  # -1 and >= 4: all off
+    check_converter(fn, [spec([None, 2], I32)], feeds, "OneHot")
+
+
+@pytest.mark.parametrize("args, dtype", [((0, 10, 3), I32), ((7, -2, -2), I32), ((0.1, 3.0, 0.3), F32)],
+                         ids=["up", "down", "float"])  # fmt: skip
+def test_range_of_constants(args, dtype, rng):
+    fn = lambda x: x + tf.cast(tf.range(*args, dtype=dtype), F32)  # noqa: E731
+    n = len(range(*args)) if dtype == I32 else 10
+    check_converter(fn, [spec([None, n])], [[normal(rng, 2, n)], [normal(rng, 3, n)]], "Range")
+
+
+def test_range_to_a_symbolic_limit(rng):
+    fn = lambda x: tf.range(tf.shape(x)[0])  # noqa: E731
+    check_converter(fn, [spec([None, 2])], [[normal(rng, 5, 2)], [normal(rng, 2, 2)]], "Range")
+
+
+def test_range_to_a_symbolic_limit_with_a_step_is_refused():
+    refused(lambda x: tf.range(0, tf.shape(x)[0], 2), [spec([None])], "start 0 and delta 1")
+
+
+def test_range_tf_would_reject_is_refused():
+    with pytest.raises(Unsupported, match="TF raises"):  # TF's shape inference stops such a trace
+        _const_range(0, 4, -1, "int32")
+
+
+@pytest.mark.parametrize("exclusive", [False, True])
+@pytest.mark.parametrize("reverse", [False, True])
+def test_cumsum(exclusive, reverse, rng):
+    fn = lambda x: tf.math.cumsum(x, axis=1, exclusive=exclusive, reverse=reverse)  # noqa: E731
+    check_converter(fn, [spec([None, 5])], [[normal(rng, 3, 5)], [normal(rng, 1, 5)]], "Cumsum")
+
+
+def test_cumsum_int_along_the_symbolic_axis(rng):
+    fn = lambda x: tf.math.cumsum(x, axis=0, reverse=True)  # noqa: E731
+    feeds = [[rng.integers(-9, 9, (n, 2)).astype(np.int32)] for n in (6, 3)]
+    check_converter(fn, [spec([None, 2], I32)], feeds, "Cumsum")
+
+
+@pytest.mark.parametrize("dtype, index_type", [(F32, I32), (tf.int64, tf.int64), (tf.float16, I32),
+                                               (tf.uint8, I32)])  # fmt: skip
+def test_top_k_distinct_values(dtype, index_type, rng):
+    fn = lambda x: tf.math.top_k(x, 3, index_type=index_type)  # noqa: E731
+    feeds = [[np.stack([rng.permutation(6) for _ in range(n)]).astype(dtype.as_numpy_dtype)]
+             for n in (4, 1)]  # fmt: skip
+    check_converter(fn, [spec([None, 6], dtype)], feeds, "TopKV2")
+
+
+def test_top_k_ties_give_the_lower_index_first_like_tf(rng):
+    feeds = [[rng.integers(0, 3, (n, 8)).astype(np.float32)] for n in (5, 2)]  # many ties
+    check_converter(lambda x: tf.math.top_k(x, 4), [spec([None, 8])], feeds, "TopKV2")
+
+
+@pytest.mark.parametrize("fn, specs, match", [
+    (lambda x: tf.math.top_k(x, 2, sorted=False), [spec([None, 4])], "sorted=False"),
+    (lambda x: tf.math.top_k(x, 2), [spec([4, None])], "static dims"),
+    (lambda x: tf.math.top_k(x, 0), [spec([None, 4])], "outside"),
+    (lambda x: tf.math.top_k(x, 2), [spec([None, 4], tf.bfloat16)], "TopKV2 of bfloat16"),
+], ids=["unsorted", "symbolic_axis", "k_zero", "bfloat16"])  # fmt: skip
+def test_bad_top_k_is_refused(fn, specs, match):
+    refused(fn, specs, match)
+
+
+@pytest.mark.parametrize("fn, specs", [
+    (lambda i, on: tf.one_hot(i, 3, on_value=on), [spec([None], I32), spec([])]),
+    (lambda x, a: tf.math.cumsum(x, axis=a), [spec([None, 2]), spec([], I32)]),
+    (lambda i, u, s: tf.scatter_nd(i, u, s), [spec([2, 1], I32), spec([2]), spec([1], I32)]),
+    (lambda d, i, n: tf.math.unsorted_segment_max(d, i, n), [spec([3]), spec([3], I32), spec([], I32)]),
+    (lambda x, k: tf.math.top_k(x, k)[0], [spec([None, 4]), spec([], I32)]),
+], ids=["one_hot_on_value", "cumsum_axis", "scatter_nd_shape", "segment_count", "top_k_k"])  # fmt: skip
+def test_runtime_attribute_inputs_are_refused(fn, specs):
+    refused(fn, specs, "must be a constant")
+
+
+def test_where_coordinates_are_refused():
+    refused(lambda x: tf.where(x > 0), [spec([None, 3])], "depends on the data")
+
+
+# Unpack, BroadcastTo, Round ------------------------------------------------------------------
+
+@pytest.mark.parametrize("axis", [1, -1])
+def test_unpack(axis, rng):
+    fn = lambda x: tf.unstack(x, axis=axis)  # noqa: E731
+    feeds = [[normal(rng, n, 3, 2)] for n in (4, 1)]
+    check_converter(fn, [spec([None, 3, 2])], feeds, "Unpack")
+
+
+def test_unpack_of_a_shape_is_refused():
+    fn = lambda x: tf.reshape(x, tf.unstack(tf.shape(x))[::-1])  # noqa: E731
+    refused(fn, [spec([None, 3])], "Unpack of a shape value")
+
+
+def test_broadcast_to_a_symbolic_shape(rng):
+    fn = lambda x: tf.broadcast_to(x, tf.concat([tf.shape(x)[:1], [4]], 0))  # noqa: E731
+    check_converter(fn, [spec([None, 1])], [[normal(rng, 3, 1)], [normal(rng, 1, 1)]], "BroadcastTo")
+
+
+def test_broadcast_to_a_constant_shape(rng):
+    fn = lambda x: tf.broadcast_to(x, [2, 3, 4])  # noqa: E731
+    check_converter(fn, [spec([3, 1])], [[normal(rng, 3, 1)]], "BroadcastTo")
+
+
+@pytest.mark.parametrize("dtype", [tf.float16, F32, tf.float64])
+def test_round_half_to_even(dtype, rng):
+    def feed(n):
+        halves = np.arange(-n, n) + 0.5  # every .5 case: TF goes to the even neighbour
+        return [np.concatenate([halves, rng.uniform(-9, 9, n)]).astype(dtype.as_numpy_dtype)]
+
+    check_converter(tf.round, [spec([None], dtype)], [feed(6), feed(3)], "Round")
+
+
+def test_round_of_integers_is_refused():
+    refused(lambda x: tf.raw_ops.Round(x=x), [spec([None], I32)], "returns zeros")
+
+
+# Segment reductions --------------------------------------------------------------------------
+
+IDS = [0, 0, 2, 2, 2, 5]  # segments 1, 3 and 4 are empty
+
+
+@pytest.mark.parametrize("kind, dtype", [(k, F32) for k in ("sum", "mean", "prod", "max", "min")]
+                         + [("mean", I32)])  # ints: Mean truncates  # fmt: skip
+def test_sorted_segment_with_constant_ids(kind, dtype, rng):
+    fn = lambda d: getattr(tf.math, f"segment_{kind}")(d, tf.constant(IDS))  # noqa: E731
+    feeds = [[rng.integers(-7, 8, (6, n)).astype(dtype.as_numpy_dtype)] for n in (3, 1)]
+    check_converter(fn, [spec([6, None], dtype)], feeds, "Segment" + kind.capitalize())
+
+
+@pytest.mark.parametrize("fn, match", [
+    (lambda d, i: tf.math.segment_sum(d, i), "non-constant segment_ids"),
+    (lambda d, i: tf.math.segment_max(d, tf.constant([1, 0, 2])), "sorted"),
+], ids=["runtime_ids", "unsorted_ids"])  # fmt: skip
+def test_sorted_segment_refusals(fn, match):
+    refused(fn, [spec([3, 2]), spec([3], I32)], match)
+
+
+@pytest.mark.parametrize("kind, dtype", [(k, F32) for k in ("sum", "prod", "max", "min")]
+                         + [("max", I32)])  # empty: the dtype's lowest, for ints too  # fmt: skip
+def test_unsorted_segment(kind, dtype, rng):
+    def fn(d):  # ids ride in column 0 so they share data's symbolic dim; -1 is dropped, as in TF
+        return getattr(tf.math, f"unsorted_segment_{kind}")(d[:, 1:], tf.cast(d[:, 0], I32), 5)
+
+    def feed(n):
+        return [np.concatenate([rng.integers(-1, 4, (n, 1)), rng.integers(-7, 8, (n, 2))], 1)
+                .astype(dtype.as_numpy_dtype)]  # segment 4 is always empty  # fmt: skip
+
+    op_type = "UnsortedSegment" + kind.capitalize()
+    check_converter(fn, [spec([None, 3], dtype)], [feed(7), feed(2)], op_type)
+
+
+def test_unsorted_segment_with_unrelated_dims_is_refused():
+    fn = lambda d, i: tf.math.unsorted_segment_sum(d, i, 3)  # noqa: E731
+    refused(fn, [spec([None, 2]), spec([None], I32)], "not provably")
+
+
+# Cast across the dtype matrix ----------------------------------------------------------------
+
+DTYPES = ["float16", "bfloat16", "float32", "float64", "int8", "int16", "int32", "int64", "uint8",
+          "uint16", "uint32", "uint64", "bool"]  # fmt: skip
+
+
+def cast_values(src: str, n: int) -> np.ndarray:
+    if src == "bool":
+        return np.arange(n) % 2 == 0
+    values = np.array([0, 1, 2, 7, 100, 127, -1, -7, 2.5, 2.7, -1.75, 0.3, -0.5] * n)
+    values = values if "float" in src else np.trunc(values)
+    return np.abs(values) if src.startswith("uint") else values
+
+
+@pytest.mark.parametrize("src", DTYPES)
+def test_cast_to_and_from_every_dtype(src):
+    """One program per source dtype casts to all the others, exactly as TF does. Negative floats
+    go to unsigned types through Abs: that cast is undefined in C++, and TF's answers vary."""
+    t = tf.as_dtype(src)
+    dsts = [d for d in DTYPES if d != src]
+
+    def fn(x):
+        return [tf.cast(tf.abs(x) if t.is_floating and d.startswith("uint") else x, d) for d in dsts]
+
+    nodes, inputs, outputs, _ = tf_graph(fn, [spec([None], t)])
+    program = RelaxProgram(to_relax(nodes, inputs, outputs), name=f"cast_from_{src}")
+    for n in (1, 2):
+        x = tf.constant(cast_values(src, n), dtype=t)
+        for d, got, want in zip(dsts, program(x), fn(x)):
+            assert got.dtype == want.dtype and got.shape == want.shape, d
+            as_f64 = got.numpy().astype(np.float64), want.numpy().astype(np.float64)
+            np.testing.assert_array_equal(*as_f64, err_msg=d)
+
+
+def test_small_int_dtypes_are_offloaded(rng):
+    """mark.py lets the dtypes the Cast matrix verifies into clusters."""
+    fn = lambda x: tf.cast(tf.cast(x, tf.int16) * 3 + 1, tf.uint8)  # noqa: E731
+    fast = tftvm.optimize(fn, input_signature=[tf.TensorSpec([None], tf.uint8)], min_cluster_size=1)
+    for n in (3, 6):
+        x = rng.integers(0, 256, n).astype(np.uint8)
+        np.testing.assert_array_equal(fast(x).numpy(), fn(x).numpy())
+    assert fast.summary().fraction == 1.0, fast.report()
+
+
+# The user path -------------------------------------------------------------------------------
+
+def test_keras_embedding_with_cumsum_one_hot_and_gather_nd(rng):
+    keras.utils.set_random_seed(0)
+    tokens = keras.Input((5,), dtype="int32")
+    emb = keras.layers.Embedding(10, 4)(tokens)
+    running = keras.ops.cumsum(emb, axis=1)
+    hot = keras.ops.one_hot(tokens, 10)
+    # The running sum at the last position, picked by GatherNd over the time-major layout.
+    last = keras.layers.Lambda(lambda e: tf.gather_nd(tf.transpose(e, [1, 0, 2]), [[4]])[0])(running)
+    features = keras.ops.concatenate([last, keras.ops.sum(hot, 1)], -1)
+    model = keras.Model(tokens, keras.layers.Dense(3)(features))
+    fast = tftvm.optimize(model, input_signature=[tf.TensorSpec([None, 5], tf.int32)])
+    for n in (1, 4):
+        x = rng.integers(0, 10, (n, 5)).astype(np.int32)
+        np.testing.assert_allclose(fast(x).numpy(), model(x).numpy(), rtol=1e-5, atol=1e-5)
+    in_tf = {op.op for op in fast.summary().in_tf}
+    assert not in_tf & {"Cumsum", "OneHot", "GatherNd"}, fast.report()
+
+
+@pytest.mark.parametrize("op_type", ["GatherNd", "GatherV2"])
+def test_out_of_range_indices_never_read_outside_params(op_type, rng):
+    # TF raises on such an index; a TVM kernel cannot, so it clamps into the tensor instead of
+    # reading memory that is not the tensor's (a crash or garbage). NumPy's clip is the reference.
+    fn = tf.gather_nd if op_type == "GatherNd" else (lambda p, i: tf.gather(p, i[:, 0]))
+    nodes, inputs, outputs, _ = tf_graph(fn, [spec([None, 4]), spec([None, 1], I32)])
+    program = RelaxProgram(to_relax(nodes, inputs, outputs), name=f"oob_{op_type}")
+    params = normal(rng, 3, 4)
+    idx = np.array([[0], [2], [10**6], [-5]], np.int32)
+    np.testing.assert_array_equal(program(tf.constant(params), tf.constant(idx)).numpy(),
+                                  params[np.clip(idx[:, 0], 0, 2)])  # fmt: skip

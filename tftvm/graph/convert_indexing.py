@@ -1,0 +1,239 @@
+"""TF gather/scatter, segment, sort/scan, range and shape-broadcast ops -> Relax converters."""
+from __future__ import annotations
+
+import numpy as np
+
+from .convert import ShapeValue, Unsupported, _relax, _shape_operand, _simplify, _static_dims, converts
+
+
+def _bb():
+    return _relax().BlockBuilder.current()  # the builder to_relax converts the node in
+
+
+def _is_int(dtype: str) -> bool:
+    return dtype.startswith(("int", "uint"))
+
+
+def _same_dims(a, b) -> bool:
+    from tvm.sym.analyzer import Analyzer
+
+    analyzer = Analyzer()
+    return len(a) == len(b) and all(analyzer.can_prove_equal(x, y) for x, y in zip(a, b))
+
+
+def _check_bad_indices_policy(ctx, node, allowed=("", "DEFAULT", "ERROR")):
+    policy = ctx.attr(node, "bad_indices_policy", "")
+    if policy not in allowed:
+        raise Unsupported(f"{node.op} with bad_indices_policy {policy}")
+
+
+@converts("GatherNd")
+def _gather_nd(ctx, node, params, indices):
+    _check_bad_indices_policy(ctx, node)
+    # Relax takes TF's layout (the last axis of indices holds each coordinate), in int64 only.
+    from tvm import te, tirx
+
+    if not isinstance(indices.ty.shape[-1], tirx.IntImm):
+        raise Unsupported("GatherNd with a symbolic index depth")
+
+    def in_bounds(p, idx):
+        """Each coordinate clamped into its dim of `params` (symbolic dims too): TF rejects an
+        index out of range; a kernel cannot raise, but it must never read outside `params`."""
+        def clamp(*i):
+            high = tirx.const(0, "int64")
+            for c in range(int(idx.shape[-1])):
+                high = tirx.Select(i[-1] == c, tirx.Cast("int64", p.shape[c]) - 1, high)
+            return tirx.max(tirx.min(tirx.Cast("int64", idx(*i)), high), tirx.const(0, "int64"))
+
+        return te.compute(idx.shape, clamp, name="in_bounds")
+
+    return _relax().op.gather_nd(params, _bb().call_te(in_bounds, params, indices))
+
+
+def _scatter(indices, updates, lead, mode: str, identity):
+    """A tensor of shape `lead` + the trailing dims of `updates`, filled with `identity`, into
+    which `updates` are combined (add, mul, max or min) at TF-layout `indices` (last axis:
+    coordinates), in index order as TF does. A coordinate outside `lead` combines `identity`
+    instead: TF drops or rejects it, and the kernel must never write out of bounds."""
+    from tvm import te, tirx, topi
+
+    def kernel(idx, upd):
+        batch, m = list(idx.shape[:-1]), len(lead)
+
+        def inside(*y):
+            return tirx.all(*[tirx.all(idx(*y, c) >= 0, idx(*y, c) < lead[c]) for c in range(m)])
+
+        ok = te.compute(batch, inside, name="inside")
+        zero, fill = tirx.const(0, idx.dtype), tirx.const(identity, upd.dtype)
+        # topi wants the coordinate axis first (Relax's own scatter_nd transposes the same way).
+        coords = te.compute([m] + batch, lambda c, *y: tirx.Select(ok(*y), idx(*y, c), zero), name="coords")
+        safe = te.compute(upd.shape, lambda *i: tirx.Select(ok(*i[: len(batch)]), upd(*i), fill), name="safe")
+        out = topi.full(list(lead) + list(upd.shape[len(batch):]), upd.dtype, fill)
+        return topi.scatter_nd(out, coords, safe, mode)
+
+    return _bb().call_te(kernel, indices, updates)
+
+
+@converts("ScatterNd")
+def _scatter_nd(ctx, node, indices, updates, shape):
+    # Out-of-range indices are skipped, which is also what bad_indices_policy IGNORE asks for.
+    _check_bad_indices_policy(ctx, node, ("", "DEFAULT", "ERROR", "IGNORE"))
+    shape = [int(d) for d in np.asarray(ctx.constant(node, 2)).reshape(-1)]
+    batch, m = list(indices.ty.shape)[:-1], int(indices.ty.shape[-1])
+    if not _same_dims(batch + shape[m:], list(updates.ty.shape)):
+        raise Unsupported("ScatterNd whose updates' dims are not provably indices' and shape's (TF "
+                          "checks them at run time; the kernel would read past updates)")  # fmt: skip
+    return _scatter(indices, updates, shape[:m], "add", 0)  # TF adds duplicate indices
+
+
+def _dtype_limits(dtype: str):
+    import tensorflow as tf
+
+    t = tf.as_dtype(dtype)
+    return (int(t.min), int(t.max)) if _is_int(dtype) else (float(t.min), float(t.max))
+
+
+def _reduction(kind: str, dtype: str):
+    """(topi scatter mode, identity) of a segment reduction; empty unsorted segments get the
+    identity, which is TF's value for them (the dtype's lowest for Max, not -inf)."""
+    low, high = _dtype_limits(dtype)
+    return {"Sum": ("add", 0), "Mean": ("add", 0), "Prod": ("mul", 1), "Max": ("max", low),
+            "Min": ("min", high)}[kind]  # fmt: skip
+
+
+@converts("UnsortedSegmentSum", "UnsortedSegmentProd", "UnsortedSegmentMax", "UnsortedSegmentMin")
+def _unsorted_segment(ctx, node, data, ids, num_segments):
+    num = int(ctx.constant(node, 2))
+    k = len(ids.ty.shape)
+    if not _same_dims(list(ids.ty.shape), list(data.ty.shape)[:k]):
+        raise Unsupported(f"{node.op} whose segment_ids shape is not provably data's leading dims "
+                          "(TF checks it at run time; the kernel would read past data)")  # fmt: skip
+    mode, identity = _reduction(node.op.removeprefix("UnsortedSegment"), ctx.attr(node, "T"))
+    # Negative ids are dropped, as TF does; ids >= num_segments too (TF raises on those).
+    return _scatter(_bb().emit(_relax().op.expand_dims(ids, -1)), data, [num], mode, identity)
+
+
+@converts("SegmentSum", "SegmentMean", "SegmentProd", "SegmentMax", "SegmentMin")
+def _segment(ctx, node, data, ids):
+    try:
+        ids = np.asarray(ctx.constant(node, 1))
+    except Unsupported:
+        raise Unsupported(f"{node.op} with non-constant segment_ids: its output length (largest id "
+                          "+ 1) would depend on the data") from None  # fmt: skip
+    if ids.ndim != 1 or not ids.size or ids[0] < 0 or np.any(np.diff(ids) < 0):
+        raise Unsupported(f"{node.op} segment_ids must be non-empty, non-negative and sorted (TF raises)")
+    if _static_dims(data, node.op, (0,))[0] != ids.size:
+        raise Unsupported(f"{node.op} segment_ids and data's first dim differ (TF raises)")
+    relax, kind, dtype = _relax(), node.op.removeprefix("Segment"), ctx.attr(node, "T")
+    num = int(ids[-1]) + 1
+    mode, identity = _reduction(kind, dtype)
+    out = _scatter(relax.const(ids.reshape(-1, 1)), data, [num], mode, identity)
+    counts = np.bincount(ids, minlength=num).reshape([num] + [1] * (len(data.ty.shape) - 1))
+    if kind in ("Max", "Min"):  # TF gives 0, not the identity, for an empty sorted segment
+        return relax.op.where(relax.const(counts > 0), out, relax.const(0, dtype))
+    if kind == "Mean":  # an empty segment's sum is 0: divide it by 1; ints truncate, as in TF
+        return relax.op.divide(out, relax.const(np.maximum(counts, 1).astype(dtype)))
+    return out
+
+
+@converts("OneHot")
+def _one_hot(ctx, node, indices, depth, on_value, off_value):
+    from tvm import tirx
+
+    relax, dtype = _relax(), ctx.attr(node, "T")
+    on, off = (relax.prim_value(tirx.const(ctx.constant(node, i).item(), dtype)) for i in (2, 3))
+    return relax.op.one_hot(indices, on, off, int(ctx.constant(node, 1)), int(ctx.attr(node, "axis", -1)))
+
+
+def _const_range(start, limit, delta, dtype: str):
+    """TF's Range on constants: its size rule and start + i * delta, computed in `dtype`."""
+    start, limit, delta = (np.asarray(v, dtype).item() for v in (start, limit, delta))
+    if delta == 0 or (delta > 0 and start > limit) or (delta < 0 and start < limit):
+        raise Unsupported(f"Range({start}, {limit}, {delta}) is empty or infinite (TF raises)")
+    t = np.dtype(dtype).type
+    if _is_int(dtype):
+        size = (abs(limit - start) + abs(delta) - 1) // abs(delta)
+    else:
+        size = int(np.ceil(np.abs((t(limit) - t(start)) / t(delta))))
+    return t(start) + np.arange(size).astype(dtype) * t(delta)
+
+
+@converts("Range")
+def _range(ctx, node, start, limit, delta):
+    relax, dtype = _relax(), ctx.attr(node, "Tidx")
+    if not isinstance(limit, ShapeValue):
+        values = [ctx.constant(node, i) for i in range(3)]
+        return relax.const(_const_range(*values, dtype))
+    if not (_is_int(dtype) and limit.scalar) or any(isinstance(v, ShapeValue) for v in (start, delta)):
+        raise Unsupported("Range over a shape value needs an int scalar limit and constant start and delta")
+    start, delta = int(ctx.constant(node, 0)), int(ctx.constant(node, 2))
+    if (start, delta) != (0, 1):  # other sizes are dim expressions, which lower.py cannot pass yet
+        raise Unsupported(f"Range to a symbolic limit needs start 0 and delta 1, got {start}, {delta}")
+    return relax.op.arange(0, _simplify(limit[0]), 1, dtype)
+
+
+@converts("Cumsum")
+def _cumsum(ctx, node, x, axis):
+    from tvm import topi
+
+    axis = int(ctx.constant(node, 1)) % len(x.ty.shape)
+    exclusive, reverse = bool(ctx.attr(node, "exclusive", False)), bool(ctx.attr(node, "reverse", False))
+
+    def kernel(t):
+        # topi.cumsum's extern declares its input with a free element offset, which tftvm
+        # refuses; feeding it a copy made in the same kernel keeps the parameters dense.
+        t = topi.flip(t, axis) if reverse else topi.identity(t)
+        out = topi.cumsum(t, axis, None, exclusive)
+        return topi.flip(out, axis) if reverse else out
+
+    return _bb().call_te(kernel, x)  # relax.op.cumsum would need DispatchSortScan, which fuse() skips
+
+
+# What TVM's sort library handles (it raises for int16 and misreads bfloat16 as another type).
+_TOPK_DTYPES = {"float16", "float32", "float64", "int8", "uint8", "int32", "int64"}
+
+
+@converts("TopKV2")
+def _top_k(ctx, node, x, k):
+    from tvm import topi
+
+    relax, dtype = _relax(), ctx.attr(node, "T")
+    if not ctx.attr(node, "sorted", True):
+        raise Unsupported("TopKV2 with sorted=False: TF then returns its heap's order, not a sorted one")
+    if dtype not in _TOPK_DTYPES:
+        raise Unsupported(f"TopKV2 of {dtype}: TVM's sort library sorts only {sorted(_TOPK_DTYPES)}")
+    k, n = int(ctx.constant(node, 1)), _static_dims(x, "TopKV2", (len(x.ty.shape) - 1,))[-1]
+    if not 1 <= k <= n:  # TF raises for k > n; TVM reads k < 1 as "all"
+        raise Unsupported(f"TopKV2 with k={k} outside [1, {n}]")
+    both = _bb().emit(_bb().call_te(topi.topk, x, k=k, axis=-1, ret_type="both", is_ascend=False,
+                                    dtype=ctx.attr(node, "index_type", "int32")))  # fmt: skip
+    return [relax.TupleGetItem(both, 0), relax.TupleGetItem(both, 1)]
+
+
+@converts("Where")
+def _where(ctx, node, x):
+    raise Unsupported("Where (coordinates of true elements): its output length depends on the data, "
+                      "and tftvm runs each kernel as a TF op whose output shapes follow from its "
+                      "input shapes")  # fmt: skip
+
+
+@converts("Unpack")
+def _unpack(ctx, node, x):
+    if isinstance(x, ShapeValue):
+        raise Unsupported("Unpack of a shape value (its outputs would be shape values)")
+    op, axis = _relax().op, int(ctx.attr(node, "axis", 0)) % len(x.ty.shape)
+    pieces = [op.strided_slice(x, [axis], [i], [i + 1]) for i in range(ctx.attr(node, "num"))]
+    return [op.squeeze(p, [axis]) for p in pieces]
+
+
+@converts("BroadcastTo")
+def _broadcast_to(ctx, node, x, shape):
+    dims = _shape_operand(ctx, node, 1, shape)
+    return _relax().op.broadcast_to(x, [_simplify(d) for d in dims])
+
+
+@converts("Round")
+def _round(ctx, node, x):
+    if _is_int(ctx.attr(node, "T")):  # tf.round passes ints through without a Round node
+        raise Unsupported("Round of integers: TF's CPU kernel returns zeros for them, not its input")
+    return _relax().op.round(x)  # rounds half to even, as TF does (the tests check every .5)

@@ -1,0 +1,207 @@
+"""Converters for TF's spatial ops: transposed and 3-D convs, resizes, block rearrangements, mirror pads."""
+from __future__ import annotations
+
+import numpy as np
+
+from .convert import Unsupported, _nhwc_only, _relax, _shape_operand, _static_dims, converts
+
+
+def _same_pad(size: int, k: int, s: int, d: int) -> tuple[int, int]:
+    """TF's SAME padding (before, after) of one spatial dim of a forward conv over `size`."""
+    total = max((-(-size // s) - 1) * s + (k - 1) * d + 1 - size, 0)
+    return total // 2, total - total // 2
+
+
+def _pads(ctx, node, sizes, window, strides, dilations) -> list[tuple[int, int]]:
+    """(before, after) per spatial dim for TF's SAME / VALID / EXPLICIT padding."""
+    padding = ctx.attr(node, "padding")
+    if padding == "VALID":
+        return [(0, 0)] * len(sizes)
+    if padding == "EXPLICIT":
+        p = [int(v) for v in ctx.attr(node, "explicit_paddings")]
+        return [(p[2 * i + 2], p[2 * i + 3]) for i in range(len(sizes))]
+    return [_same_pad(*dim) for dim in zip(sizes, window, strides, dilations)]
+
+
+def _ints(dims, what: str) -> list[int]:
+    """Shape-value dims as ints; a symbolic one is refused."""
+    from tvm import tirx
+
+    if not all(isinstance(d, (int, tirx.IntImm)) for d in dims):
+        raise Unsupported(f"{what} must be static, got {list(dims)}")
+    return [int(d) for d in dims]
+
+
+@converts("Conv2DBackpropInput")
+def _conv2d_backprop_input(ctx, node, sizes, w, dy):
+    _nhwc_only(ctx, node)
+    if any(d != 1 for d in ctx.attr(node, "dilations") or [1]):
+        raise Unsupported("Conv2DBackpropInput with dilations (TF's CPU kernel rejects them too)")
+    out_h, out_w, out_c = _ints(_shape_operand(ctx, node, 0, sizes)[1:], "Conv2DBackpropInput output H, W, C")
+    kh, kw, cout, cin = _static_dims(w, "Conv2DBackpropInput filter")
+    in_h, in_w, in_c = _static_dims(dy, "Conv2DBackpropInput", (1, 2, 3))[1:]
+    if (cout, cin) != (out_c, in_c):
+        raise Unsupported(f"grouped Conv2DBackpropInput (filter {[kh, kw, cout, cin]}, channels {out_c}, {in_c})")
+    strides = ctx.attr(node, "strides")[1:3]
+    pads = _pads(ctx, node, (out_h, out_w), (kh, kw), strides, (1, 1))
+    # The transposed conv is the forward conv's full gradient (size (in - 1) * s + k), cropped to
+    # the output: `before` at the start, the rest at the end, or output_padding when that is short.
+    crops, extra = [], []
+    for out, inp, k, s, (before, after) in zip((out_h, out_w), (in_h, in_w), (kh, kw), strides, pads):
+        if (out + before + after - k) // s + 1 != inp:
+            raise Unsupported(f"Conv2DBackpropInput: output size {out} does not give input size {inp}")
+        end = (inp - 1) * s + k - before - out
+        if not (0 <= before < k and end < k):
+            raise Unsupported(f"Conv2DBackpropInput with padding {(before, after)} past the filter size {k}")
+        crops.append((before, max(end, 0)))
+        extra.append(max(-end, 0))
+    op = _relax().op
+    # TOPI lowers only NCHW data with an IOHW kernel; TF's filter is (h, w, out, in).
+    y = op.nn.conv2d_transpose(op.permute_dims(dy, [0, 3, 1, 2]), op.permute_dims(w, [3, 2, 0, 1]),
+                               strides=strides, padding=(crops[0][0], crops[1][0], crops[0][1], crops[1][1]),
+                               output_padding=extra, data_layout="NCHW", kernel_layout="IOHW")  # fmt: skip
+    return op.permute_dims(y, [0, 2, 3, 1])
+
+
+@converts("Conv3D")
+def _conv3d(ctx, node, x, w):
+    if ctx.attr(node, "data_format", "NDHWC") != "NDHWC":
+        raise Unsupported(f"Conv3D with data_format {ctx.attr(node, 'data_format')}")
+    strides, dil = ctx.attr(node, "strides")[1:4], (ctx.attr(node, "dilations") or [1] * 5)[1:4]
+    kd, kh, kw, cin, _ = _static_dims(w, "Conv3D filter")
+    dims = _static_dims(x, "Conv3D", (1, 2, 3, 4))
+    if dims[4] != cin:
+        raise Unsupported(f"grouped Conv3D (input channels {dims[4]}, filter channels {cin})")
+    pads = _pads(ctx, node, dims[1:4], (kd, kh, kw), strides, dil)
+    return _relax().op.nn.conv3d(x, w, strides=strides, padding=[p[0] for p in pads] + [p[1] for p in pads],
+                                 dilation=dil, data_layout="NDHWC", kernel_layout="DHWIO")  # fmt: skip
+
+
+def _resize_size(ctx, node, x, size) -> tuple[list[int], list[int]]:
+    """(input H, W), (output H, W) of a resize, all static."""
+    out = _ints(_shape_operand(ctx, node, 1, size), f"{node.op} size")
+    return _static_dims(x, node.op, (1, 2))[1:3], out
+
+
+def _resize_flags(ctx, node) -> tuple[bool, bool]:
+    align, half = bool(ctx.attr(node, "align_corners", False)), bool(ctx.attr(node, "half_pixel_centers", False))
+    if align and half:  # TF rejects this pair at run time
+        raise Unsupported(f"{node.op} with both align_corners and half_pixel_centers")
+    return align, half
+
+
+@converts("ResizeBilinear")
+def _resize_bilinear(ctx, node, x, size):
+    align, half = _resize_flags(ctx, node)
+    _, out = _resize_size(ctx, node, x, size)
+    mode = "align_corners" if align else "half_pixel" if half else "asymmetric"
+    op = _relax().op
+    # TF's output is float32 whatever the input; its taps are read as float.
+    x = op.astype(x, "float32")
+    # align_corners divides by size - 1; for a size of 1 TF takes pixel 0, the first of a size of 2.
+    padded = [max(o, 2) if align else o for o in out]
+    y = op.image.resize2d(x, padded, layout="NHWC", method="linear", coordinate_transformation_mode=mode)
+    return y if padded == out else op.strided_slice(y, [1, 2], [0, 0], out)
+
+
+def _nearest_indices(in_size: int, out_size: int, align: bool, half: bool) -> np.ndarray:
+    """The source index of each output index, computed in float32 exactly as TF's kernel does."""
+    f32 = np.float32
+    scale = f32(in_size - 1) / f32(out_size - 1) if align and out_size > 1 else f32(in_size) / f32(out_size)
+    pos = (np.arange(out_size, dtype=f32) + f32(0.5 if half else 0)) * scale
+    # roundf rounds halves away from zero; float64 makes `+ 0.5` exact.
+    idx = np.trunc(pos.astype(np.float64) + 0.5) if align else np.floor(pos)
+    return np.clip(idx, 0, in_size - 1).astype("int64")
+
+
+@converts("ResizeNearestNeighbor")
+def _resize_nearest(ctx, node, x, size):
+    align, half = _resize_flags(ctx, node)
+    (in_h, in_w), (out_h, out_w) = _resize_size(ctx, node, x, size)
+    # A gather with TF's own indices: TOPI's nearest resize floors with an epsilon and rounds
+    # halves to even, so it can pick a different pixel than TF at exact ties.
+    relax = _relax()
+    rows = relax.op.take(x, relax.const(_nearest_indices(in_h, out_h, align, half)), axis=1)
+    return relax.op.take(rows, relax.const(_nearest_indices(in_w, out_w, align, half)), axis=2)
+
+
+def _block_args(ctx, node, x) -> tuple[list[int], list[tuple[int, int]], list]:
+    """Block shape, (before, after) pads or crops, and the dims of `x` with static spatial dims."""
+    block = [int(b) for b in np.asarray(ctx.constant(node, 1)).reshape(-1)]
+    pairs = np.asarray(ctx.constant(node, 2)).reshape(-1, 2).tolist()
+    spatial = range(1, 1 + len(block))
+    known = _static_dims(x, node.op, spatial)
+    dims = [known[a] if a in spatial else d for a, d in enumerate(x.ty.shape)]
+    return block, [(int(a), int(b)) for a, b in pairs], dims
+
+
+@converts("SpaceToBatchND")
+def _space_to_batch(ctx, node, x, block_shape, paddings):
+    block, pads, dims = _block_args(ctx, node, x)
+    m, op = len(block), _relax().op
+    padded = [dims[1 + i] + sum(pads[i]) for i in range(m)]  # TF's shape check: divisible by block
+    rest = dims[1 + m:]
+    x = op.nn.pad(x, [0, 0] + [p for pair in pads for p in pair] + [0, 0] * len(rest))
+    outer = [p // b for p, b in zip(padded, block)]
+    split = [dims[0]] + [d for o, b in zip(outer, block) for d in (o, b)] + rest
+    # (B, h/b, b, w/b, b, C) -> (b, b, B, h/b, w/b, C): block offsets become the outer batch.
+    perm = [2 + 2 * i for i in range(m)] + [0] + [1 + 2 * i for i in range(m)] + list(range(1 + 2 * m, len(split)))
+    batch = dims[0] * int(np.prod(block))
+    return op.reshape(op.permute_dims(op.reshape(x, split), perm), [batch] + outer + rest)
+
+
+@converts("BatchToSpaceND")
+def _batch_to_space(ctx, node, x, block_shape, crops):
+    block, crops, dims = _block_args(ctx, node, x)
+    m, op = len(block), _relax().op
+    rest = dims[1 + m:]
+    batch = dims[0] // int(np.prod(block))
+    split = block + [batch] + dims[1:]
+    # (b, b, B, h, w, C) -> (B, h, b, w, b, C): the inverse of SpaceToBatchND's rearrangement.
+    perm = [m] + [a for i in range(m) for a in (m + 1 + i, i)] + list(range(2 * m + 1, len(split)))
+    full = [dims[1 + i] * b for i, b in enumerate(block)]
+    y = op.reshape(op.permute_dims(op.reshape(x, split), perm), [batch] + full + rest)
+    axes = list(range(1, m + 1))
+    return op.strided_slice(y, axes, [c[0] for c in crops], [f - c[1] for f, c in zip(full, crops)])
+
+
+@converts("DepthToSpace")
+def _depth_to_space(ctx, node, x):
+    _nhwc_only(ctx, node)
+    b, op = int(ctx.attr(node, "block_size")), _relax().op
+    n, h, w = list(x.ty.shape)[:3]
+    c = _static_dims(x, "DepthToSpace", (3,))[3]
+    # TF's depth index is (row offset * b + column offset) * C' + c: DCR order.
+    y = op.permute_dims(op.reshape(x, [n, h, w, b, b, c // (b * b)]), [0, 1, 3, 2, 4, 5])
+    return op.reshape(y, [n, h * b, w * b, c // (b * b)])
+
+
+@converts("SpaceToDepth")
+def _space_to_depth(ctx, node, x):
+    _nhwc_only(ctx, node)
+    b, op = int(ctx.attr(node, "block_size")), _relax().op
+    n = x.ty.shape[0]
+    h, w, c = _static_dims(x, "SpaceToDepth", (1, 2, 3))[1:]
+    y = op.permute_dims(op.reshape(x, [n, h // b, b, w // b, b, c]), [0, 1, 3, 2, 4, 5])
+    return op.reshape(y, [n, h // b, w // b, b * b * c])
+
+
+@converts("MirrorPad")
+def _mirror_pad(ctx, node, x, paddings):
+    mode = ctx.attr(node, "mode")
+    if mode not in ("REFLECT", "SYMMETRIC"):
+        raise Unsupported(f"MirrorPad mode {mode}")
+    skip = 1 if mode == "REFLECT" else 0  # REFLECT leaves the edge out of the mirror
+    pads = np.asarray(ctx.constant(node, 1)).reshape(-1, 2).tolist()
+    padded = [a for a, p in enumerate(pads) if any(p)]
+    dims = _static_dims(x, "MirrorPad", padded)
+    op = _relax().op
+    for a in padded:
+        (lo, hi), n = pads[a], dims[a]
+        if max(lo, hi) > n - skip:  # TF rejects it too
+            raise Unsupported(f"MirrorPad {mode} of {(lo, hi)} on a dim of {n}")
+        parts = [op.flip(op.strided_slice(x, [a], [skip], [skip + lo]), a)] if lo else []
+        parts.append(x)
+        parts += [op.flip(op.strided_slice(x, [a], [n - skip - hi], [n - skip]), a)] if hi else []
+        x = op.concat(parts, axis=a)
+    return x
