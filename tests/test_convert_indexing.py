@@ -168,9 +168,9 @@ def test_unpack(axis, rng):
     check_converter(fn, [spec([None, 3, 2])], feeds, "Unpack")
 
 
-def test_unpack_of_a_shape_is_refused():
+def test_unpack_of_a_symbolic_shape_feeds_reshape(rng):
     fn = lambda x: tf.reshape(x, tf.unstack(tf.shape(x))[::-1])  # noqa: E731
-    refused(fn, [spec([None, 3])], "Unpack of a shape value")
+    check_converter(fn, [spec([None, 3])], [[normal(rng, n, 3)] for n in (2, 5)], "Unpack")
 
 
 def test_broadcast_to_a_symbolic_shape(rng):

@@ -480,7 +480,8 @@ def unknown_shape(env: dict, node) -> str | None:
 def bind_outputs(bb, env: dict, node, value) -> None:
     """Record a converter's result under the node's output tensor names."""
     if isinstance(value, list) and not isinstance(value, ShapeValue):  # one per output
-        env.update((f"{node.name}:{i}", bb.emit(v)) for i, v in enumerate(value))
+        for i, v in enumerate(value):  # shape values (tf.unstack(tf.shape(x))) stay Python-side
+            env[f"{node.name}:{i}"] = v if isinstance(v, ShapeValue) else bb.emit(v)
     else:  # shape values stay Python-side; they only ever feed Reshape and friends
         env[node.name + ":0"] = value if isinstance(value, ShapeValue) else bb.emit(value)
 

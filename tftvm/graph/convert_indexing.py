@@ -219,8 +219,8 @@ def _where(ctx, node, x):
 
 @converts("Unpack")
 def _unpack(ctx, node, x):
-    if isinstance(x, ShapeValue):
-        raise Unsupported("Unpack of a shape value (its outputs would be shape values)")
+    if isinstance(x, ShapeValue):  # tf.unstack(tf.shape(x)): one scalar dim each
+        return [ShapeValue([d], scalar=True) for d in x]
     op, axis = _relax().op, int(ctx.attr(node, "axis", 0)) % len(x.ty.shape)
     pieces = [op.strided_slice(x, [axis], [i], [i + 1]) for i in range(ctx.attr(node, "num"))]
     return [op.squeeze(p, [axis]) for p in pieces]

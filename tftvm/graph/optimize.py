@@ -9,6 +9,7 @@ import tensorflow as tf
 
 from . import control_flow, convert, lower, mark, partition, report, rewrite
 from .freeze import freeze
+from .order import postorder
 
 log = logging.getLogger(__name__)
 
@@ -191,7 +192,7 @@ def _topology(nodes):
             preds[n.name].add(src)
             if not t.startswith("^"):
                 consumers[t if ":" in t else t + ":0"].append(n.name)
-    order = _postorder(names, lambda name: sorted(preds[name]))
+    order = postorder(names, lambda name: sorted(preds[name]))
     return order, edges, consumers
 
 
@@ -203,25 +204,4 @@ def _schedule(order, edges, clusters):
         sa, sb = owner.get(a, a), owner.get(b, b)
         if sa is not sb:
             preds[sb].add(sa)
-    return _postorder([owner.get(name, name) for name in order], lambda step: preds[step])
-
-
-def _postorder(roots, parents) -> list:
-    """Every node reachable from `roots` after all its parents (iterative: graphs are deep)."""
-    order, seen = [], set()
-    for root in roots:
-        if root in seen:
-            continue
-        seen.add(root)
-        stack = [(root, iter(parents(root)))]
-        while stack:
-            node, pending = stack[-1]
-            for p in pending:
-                if p not in seen:
-                    seen.add(p)
-                    stack.append((p, iter(parents(p))))
-                    break
-            else:
-                stack.pop()
-                order.append(node)
-    return order
+    return postorder([owner.get(name, name) for name in order], lambda step: preds[step])

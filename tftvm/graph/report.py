@@ -5,6 +5,7 @@ import dataclasses
 from collections import Counter
 
 from .mark import NOT_COMPUTE
+from .rewrite import functions_called
 
 
 @dataclasses.dataclass(frozen=True)
@@ -30,29 +31,15 @@ class ConversionReport:
         return self.offloaded / self.compute_nodes if self.compute_nodes else 1.0
 
 
-def body_nodes(graph_def, node) -> list:
-    """The compute nodes inside the functions `node` calls (a While's cond and body, an If's
-    branches), recursively: they run where `node` runs."""
-    library = {f.signature.name: f for f in graph_def.library.function}
-    found, pending, seen = [], [node], set()
-    while pending:
-        for attr in pending.pop().attr.values():
-            names = [attr.func.name] if attr.HasField("func") else [f.name for f in attr.list.func]
-            for name in names:
-                if name in library and name not in seen:
-                    seen.add(name)
-                    # TvmCall nodes are an optimized body's clusters: counted by `offloaded`
-                    inner = [n for n in library[name].node_def if n.op not in NOT_COMPUTE | {"TvmCall"}]
-                    found += inner
-                    pending += inner
-    return found
-
-
 def in_tf_with_bodies(graph_def, in_tf: list) -> list:
-    """`in_tf` plus, for each of its nodes that calls functions, the nodes it runs in them."""
+    """`in_tf` plus, for each of its nodes that calls functions (a While's cond and body, an
+    If's branches), the compute nodes it runs in them, recursively. TvmCall nodes there are an
+    optimized body's clusters: counted as offloaded, not here."""
     by_name = {n.name: n for n in graph_def.node}
+    library = {f.signature.name: f for f in graph_def.library.function}
     extra = [OpInTF(f"{op.node}/{inner.name}", inner.op, f"inside {op.op} {op.node}, which runs in TF")
-             for op in in_tf for inner in body_nodes(graph_def, by_name[op.node])]  # fmt: skip
+             for op in in_tf for f in functions_called(by_name[op.node], library)
+             for inner in f.node_def if inner.op not in NOT_COMPUTE | {"TvmCall"}]  # fmt: skip
     return in_tf + extra
 
 

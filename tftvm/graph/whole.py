@@ -17,6 +17,7 @@ from collections import defaultdict
 
 from . import convert
 from .mark import SUPPORTED_DTYPES, reason_unsupported
+from .order import postorder
 
 log = logging.getLogger(__name__)
 
@@ -58,20 +59,7 @@ def _units(graph_def, island_of: dict) -> list[list]:
         unit = island_of.get(n.name, n.name)
         preds[unit].update(island_of.get(d, d) for d in _inputs(n) if d in nodes)
         preds[unit].discard(unit)
-    order, state = [], {}
-    for start in members:
-        stack = [(start, False)]
-        while stack:
-            unit, done = stack.pop()
-            if done:
-                order.append(members[unit])
-                continue
-            if state.get(unit):
-                continue
-            state[unit] = True
-            stack.append((unit, True))
-            stack.extend((p, False) for p in preds[unit] if not state.get(p))
-    return order
+    return [members[u] for u in postorder(list(members), lambda unit: sorted(preds[unit]))]
 
 
 def islands(frozen) -> dict:
@@ -81,6 +69,11 @@ def islands(frozen) -> dict:
     joins it, else the island would wait for its own output.
     """
     graph, nodes = frozen.graph, {n.name: n for n in frozen.graph_def.node}
+    producers = {name: [d for d in _inputs(n) if d in nodes] for name, n in nodes.items()}
+    consumers = defaultdict(list)
+    for name, inputs in producers.items():
+        for d in inputs:
+            consumers[d].append(name)
     parent = {}
 
     def find(x):
@@ -104,7 +97,7 @@ def islands(frozen) -> dict:
             groups[find(name)].add(name)
         grown = False
         for root, group in groups.items():
-            between = _descendants(nodes, group) & _ancestors(nodes, group) - group
+            between = (_reach(group, consumers) & _reach(group, producers)) - group
             for name in between:
                 union(root, name)
                 grown = True
@@ -112,27 +105,15 @@ def islands(frozen) -> dict:
             return {name: find(name) for name in parent}
 
 
-def _ancestors(nodes, group) -> set:
+def _reach(group, neighbours) -> set:
+    """The nodes reachable from `group` along `neighbours` (producers: its ancestors;
+    consumers: its descendants)."""
     seen, stack = set(), list(group)
     while stack:
-        for d in _inputs(nodes[stack.pop()]):
-            if d in nodes and d not in seen:
+        for d in neighbours.get(stack.pop(), ()):
+            if d not in seen:
                 seen.add(d)
                 stack.append(d)
-    return seen
-
-
-def _descendants(nodes, group) -> set:
-    consumers = defaultdict(list)
-    for n in nodes.values():
-        for d in _inputs(n):
-            consumers[d].append(n.name)
-    seen, stack = set(), list(group)
-    while stack:
-        for c in consumers[stack.pop()]:
-            if c not in seen:
-                seen.add(c)
-                stack.append(c)
     return seen
 
 
