@@ -74,9 +74,9 @@ def test_property_random_dags_stay_acyclic(dag):
 
 
 def test_topological_order_of_a_deep_chain_needs_no_recursion():
-    from tftvm.graph.optimize import _postorder
+    from tftvm.graph.order import postorder
 
     depth = 20000  # far beyond Python's recursion limit
     parents = {i: [i - 1] if i else [] for i in range(depth)}
-    order = _postorder([depth - 1], lambda n: parents[n])
+    order = postorder([depth - 1], lambda n: parents[n])
     assert order == list(range(depth))

@@ -6,10 +6,6 @@ import numpy as np
 from .convert import ShapeValue, Unsupported, _relax, _shape_operand, _simplify, _static_dims, converts
 
 
-def _bb():
-    return _relax().BlockBuilder.current()  # the builder to_relax converts the node in
-
-
 def _is_int(dtype: str) -> bool:
     return dtype.startswith(("int", "uint"))
 
@@ -47,10 +43,10 @@ def _gather_nd(ctx, node, params, indices):
 
         return te.compute(idx.shape, clamp, name="in_bounds")
 
-    return _relax().op.gather_nd(params, _bb().call_te(in_bounds, params, indices))
+    return _relax().op.gather_nd(params, ctx.bb.call_te(in_bounds, params, indices))
 
 
-def _scatter(indices, updates, lead, mode: str, identity):
+def _scatter(ctx, indices, updates, lead, mode: str, identity):
     """A tensor of shape `lead` + the trailing dims of `updates`, filled with `identity`, into
     which `updates` are combined (add, mul, max or min) at TF-layout `indices` (last axis:
     coordinates), in index order as TF does. A coordinate outside `lead` combines `identity`
@@ -71,7 +67,7 @@ def _scatter(indices, updates, lead, mode: str, identity):
         out = topi.full(list(lead) + list(upd.shape[len(batch):]), upd.dtype, fill)
         return topi.scatter_nd(out, coords, safe, mode)
 
-    return _bb().call_te(kernel, indices, updates)
+    return ctx.bb.call_te(kernel, indices, updates)
 
 
 @converts("ScatterNd")
@@ -83,7 +79,7 @@ def _scatter_nd(ctx, node, indices, updates, shape):
     if not _same_dims(batch + shape[m:], list(updates.ty.shape)):
         raise Unsupported("ScatterNd whose updates' dims are not provably indices' and shape's (TF "
                           "checks them at run time; the kernel would read past updates)")  # fmt: skip
-    return _scatter(indices, updates, shape[:m], "add", 0)  # TF adds duplicate indices
+    return _scatter(ctx, indices, updates, shape[:m], "add", 0)  # TF adds duplicate indices
 
 
 def _dtype_limits(dtype: str):
@@ -110,7 +106,7 @@ def _unsorted_segment(ctx, node, data, ids, num_segments):
                           "(TF checks it at run time; the kernel would read past data)")  # fmt: skip
     mode, identity = _reduction(node.op.removeprefix("UnsortedSegment"), ctx.attr(node, "T"))
     # Negative ids are dropped, as TF does; ids >= num_segments too (TF raises on those).
-    return _scatter(_bb().emit(_relax().op.expand_dims(ids, -1)), data, [num], mode, identity)
+    return _scatter(ctx, ctx.bb.emit(_relax().op.expand_dims(ids, -1)), data, [num], mode, identity)
 
 
 @converts("SegmentSum", "SegmentMean", "SegmentProd", "SegmentMax", "SegmentMin")
@@ -127,7 +123,7 @@ def _segment(ctx, node, data, ids):
     relax, kind, dtype = _relax(), node.op.removeprefix("Segment"), ctx.attr(node, "T")
     num = int(ids[-1]) + 1
     mode, identity = _reduction(kind, dtype)
-    out = _scatter(relax.const(ids.reshape(-1, 1)), data, [num], mode, identity)
+    out = _scatter(ctx, relax.const(ids.reshape(-1, 1)), data, [num], mode, identity)
     counts = np.bincount(ids, minlength=num).reshape([num] + [1] * (len(data.ty.shape) - 1))
     if kind in ("Max", "Min"):  # TF gives 0, not the identity, for an empty sorted segment
         return relax.op.where(relax.const(counts > 0), out, relax.const(0, dtype))
@@ -186,7 +182,7 @@ def _cumsum(ctx, node, x, axis):
         out = topi.cumsum(t, axis, None, exclusive)
         return topi.flip(out, axis) if reverse else out
 
-    return _bb().call_te(kernel, x)  # relax.op.cumsum would need DispatchSortScan, which fuse() skips
+    return ctx.bb.call_te(kernel, x)  # relax.op.cumsum would need DispatchSortScan, which fuse() skips
 
 
 # What TVM's sort library handles (it raises for int16 and misreads bfloat16 as another type).
@@ -205,7 +201,7 @@ def _top_k(ctx, node, x, k):
     k, n = int(ctx.constant(node, 1)), _static_dims(x, "TopKV2", (len(x.ty.shape) - 1,))[-1]
     if not 1 <= k <= n:  # TF raises for k > n; TVM reads k < 1 as "all"
         raise Unsupported(f"TopKV2 with k={k} outside [1, {n}]")
-    both = _bb().emit(_bb().call_te(topi.topk, x, k=k, axis=-1, ret_type="both", is_ascend=False,
+    both = ctx.bb.emit(ctx.bb.call_te(topi.topk, x, k=k, axis=-1, ret_type="both", is_ascend=False,
                                     dtype=ctx.attr(node, "index_type", "int32")))  # fmt: skip
     return [relax.TupleGetItem(both, 0), relax.TupleGetItem(both, 1)]
 
