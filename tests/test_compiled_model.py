@@ -42,6 +42,19 @@ def test_report_names_the_tf_ops_and_their_calls(mixed_model, rng):
     assert report.startswith("compute nodes:") and "3 calls" in report
 
 
+def test_inputs_whose_none_batches_meet_must_agree(rng):
+    # a + b over two inputs with their own None batch: compiled with one batch dim for both.
+    a, b = keras.Input((4,)), keras.Input((4,))
+    model = keras.Model([a, b], keras.layers.Dense(3)(a * b + a))
+    exe = tftvm.compile_model(model, [[tf.TensorSpec([None, 4]), tf.TensorSpec([None, 4])]])
+    assert exe.summary().fraction == 1.0
+    for n in (1, 5):
+        x, y = rng.standard_normal((n, 4)).astype(np.float32), rng.standard_normal((n, 4)).astype(np.float32)
+        np.testing.assert_allclose(exe([x, y]), model([x, y]), rtol=1e-5, atol=1e-5)
+    with pytest.raises(ValueError, match="shapes do not fit one another.*in1"):
+        exe([x, x[:2]])
+
+
 def test_fallback_error_names_the_ops(mixed_model):
     with pytest.raises(Unsupported, match="no converter for (Cumprod|Roll|MatrixBandPart)"):
         tftvm.compile_model(mixed_model, [tf.TensorSpec([None, 8])], fallback="error")

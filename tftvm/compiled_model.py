@@ -60,7 +60,15 @@ class CompiledModel:
         args = [_to_tvm(_checked(i, x, t)) for i, (x, t) in enumerate(zip(flat, self._frozen.inputs))]
         with self._lock:
             start = time.perf_counter()
-            result = self._vm["main"](*args)
+            try:
+                result = self._vm["main"](*args)
+            except Exception as err:
+                if "match_cast error" not in str(err):
+                    raise
+                # Inputs with a None dim each that the model combines (a + b, x.W + h.U) were
+                # compiled with one dim for both; the VM checks it on entry.
+                raise ValueError("the inputs' shapes do not fit one another: a dim the model "
+                                 f"shares between inputs (their batch, say) differs. TVM: {err}") from None
             self.seconds += time.perf_counter() - start
             self.calls += 1
         outputs = [_to_tf(r) for r in (list(result) if len(self._frozen.outputs) > 1 else [result])]
