@@ -23,6 +23,7 @@ def scheduled_script(A, B, C) -> str:
     (64, 48, 64, True),    # rows and columns both tile
     (13, 7, 48, True),     # rows do not divide 8: one-row tiles
     ("m", 33, 16, True),   # symbolic rows, one vector of columns
+    (16, 12, 40, True),    # 40 columns, no multiple of a vector: half-vector tiles (Xception's 728)
     (5, 6, 7, False),      # columns not a vector multiple: parallel loop only
 ])  # fmt: skip
 def test_matmul_matches_numpy(m, k, n, tiled, rng):

@@ -4,7 +4,7 @@ For every block, the leading data-parallel loops are fused and run in parallel
 (unless the block is too small to pay for waking TVM's worker threads, as each step
 of an RNN's loop is); a block that is data-parallel throughout with a static size also gets its
 innermost chunk vectorized explicitly (LLVM vectorizes the others). A reduction
-over a static, vector-sized output axis (matmul, conv, pooling) is tiled: each
+over a static output axis of a multiple of 4 columns (matmul, conv, pooling) is tiled: each
 parallel task accumulates an 8-row register tile and writes it back once. A step
 TVM refuses leaves that block as it was.
 """
@@ -114,7 +114,7 @@ def _iterations(sch, loops) -> int:
     return total
 
 
-TILE_ROWS, TILE_VECTORS = 8, 2  # a register tile of 8 rows x (up to) 2 vectors of accumulators
+TILE_ROWS = 8  # a register tile of 8 rows x (up to) 2 vectors of accumulators (_tile_width)
 
 
 def _tileable_reduction(sch, stmt, loops, spatial, lanes) -> bool:
@@ -126,7 +126,16 @@ def _tileable_reduction(sch, stmt, loops, spatial, lanes) -> bool:
     if any(int(iv.iter_type) != 2 for iv in stmt.iter_vars[spatial:]):  # 2: commutative reduce
         return False
     cols = sch.get(loops[spatial - 1]).extent
-    return isinstance(cols, tirx.IntImm) and int(cols) % lanes == 0
+    return isinstance(cols, tirx.IntImm) and _tile_width(int(cols), lanes) is not None
+
+
+def _tile_width(cols: int, lanes: int) -> int | None:
+    """Columns per register tile: two vectors, one, or a half or quarter vector where the
+    column count is no multiple of a vector (Xception's 728 channels, NASNet's 88)."""
+    for width in (2 * lanes, lanes, lanes // 2, lanes // 4):
+        if width >= 4 and cols % width == 0:
+            return width
+    return None
 
 
 def _tile_reduction(sch, block, loops, spatial, lanes, parallel) -> None:
@@ -136,7 +145,7 @@ def _tile_reduction(sch, block, loops, spatial, lanes, parallel) -> None:
 
     rows = sch.get(loops[spatial - 2]).extent
     cols = int(sch.get(loops[spatial - 1]).extent)
-    width = lanes * TILE_VECTORS if cols % (lanes * TILE_VECTORS) == 0 else lanes
+    width = _tile_width(cols, lanes)
     jo, ji = sch.split(loops[spatial - 1], [None, width])
     if isinstance(rows, tirx.IntImm) and int(rows) % TILE_ROWS == 0:
         io, ii = sch.split(loops[spatial - 2], [None, TILE_ROWS])
