@@ -102,11 +102,10 @@ def _iterations(sch, loops) -> int:
     from tvm import tirx
     from tvm.sym.analyzer import Analyzer
 
-    total = 1
+    total, typical = 1, Analyzer()
     for loop in loops:
         extent = sch.get(loop).extent
         if not isinstance(extent, tirx.IntImm):
-            typical = Analyzer()
             for var in tirx.analysis.undefined_vars(extent):
                 typical.bind(var, tirx.IntImm(str(var.ty.dtype), TYPICAL_DIM))
             extent = typical.simplify(extent)

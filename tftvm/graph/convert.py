@@ -7,9 +7,12 @@ stays in TF.
 """
 from __future__ import annotations
 
+import logging
 from typing import Callable
 
 import numpy as np
+
+log = logging.getLogger(__name__)
 
 
 class Unsupported(Exception):
@@ -434,17 +437,9 @@ def to_relax(nodes, inputs, outputs, constants=None):
                 if node.op == "Const":
                     env[node.name + ":0"] = relax.const(constants[node.name + ":0"])
                     continue
-                convert = CONVERTERS.get(node.op)
-                if convert is None:
+                if node.op not in CONVERTERS:
                     raise Unsupported(f"no converter for TF op {node.op}", node.name)
-                args = [env[_tensor_name(i)] for i in node.input if not i.startswith("^")]
-                try:
-                    bind_outputs(bb, env, node, convert(ctx, node, *args))
-                    why = unknown_shape(env, node)
-                except Unsupported as err:
-                    why = str(err)
-                except Exception as err:  # a converter's failure costs this node, not its cluster
-                    why = f"converter failed: {type(err).__name__}: {err}"
+                why = convert_node(ctx, env, node)
                 if why is not None:
                     raise Unsupported(why, node.name)
             result = [env[_tensor_name(o)] for o in outputs]
@@ -453,6 +448,25 @@ def to_relax(nodes, inputs, outputs, constants=None):
             out = bb.emit_output(result[0] if len(result) == 1 else relax.Tuple(result))
         bb.emit_func_output(out)
     return merge_symbols(bb.get(), ctx)
+
+
+def convert_node(ctx, env: dict, node) -> str | None:
+    """Convert `node` (its op has a converter) into `ctx.bb`'s function, its outputs into `env`:
+    None on success, else why it stays in TF. A converter's failure costs this node, never
+    its cluster or model."""
+    data_inputs = [_tensor_name(i) for i in node.input if not i.startswith("^")]
+    missing = [i for i in data_inputs if i not in env]
+    if missing:  # an input only TF can produce (e.g. a string)
+        return f"input {missing[0]} is not a TVM value"
+    try:
+        bind_outputs(ctx.bb, env, node, CONVERTERS[node.op](ctx, node, *[env[i] for i in data_inputs]))
+        return unknown_shape(env, node)
+    except Unsupported as err:
+        return str(err)
+    except Exception as err:
+        log.warning("converter for %s (%s) failed, it runs in TF: %s: %s", node.name, node.op,
+                    type(err).__name__, err)  # fmt: skip
+        return f"converter failed: {type(err).__name__}: {err}"
 
 
 def relax_param(index: int, dtype: str, shape) -> object:

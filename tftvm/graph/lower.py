@@ -52,10 +52,9 @@ class RelaxProgram:
                     gv, args = value.args[:2]
                     tir_vars = list(value.args[2].values) if len(value.args) > 2 else []
                     out_ty = value.ty_args[0]
-                    n_out = len(out_ty.fields) if isinstance(out_ty, relax.TupleType) else 1
                     out_tys = list(out_ty.fields) if isinstance(out_ty, relax.TupleType) else [out_ty]
                     func, dims = dims_as_inputs(fused[gv], out_tys, tir_vars)
-                    kernel = op(func, num_outputs=n_out, name=f"{name}/{gv.name_hint}",
+                    kernel = op(func, num_outputs=len(out_tys), name=f"{name}/{gv.name_hint}",
                                 target=target, schedule=schedule, database=database)  # fmt: skip
                     self.kernels.append(kernel)
                     self._steps.append((binding.var, kernel, list(args.fields) + dims))

@@ -110,9 +110,11 @@ def offload(frozen, *, min_cluster_size=3, max_clusters=None, allow=None, deny=N
         reasons[n.name] = why
     order, edges, consumers = _topology(nodes)
     by_name = {n.name: n for n in nodes}
-    groups = partition.cluster(order, edges, lambda name: reasons[name] is None,
-                               min_cluster_size=min_cluster_size, max_clusters=max_clusters,
-                               counts=lambda name: by_name[name].op not in mark.NOT_COMPUTE)  # fmt: skip
+    def cluster(names, among, **limits):
+        return partition.cluster(names, among, lambda name: reasons[name] is None, min_cluster_size=min_cluster_size,
+                                 counts=lambda name: by_name[name].op not in mark.NOT_COMPUTE, **limits)  # fmt: skip
+
+    groups = cluster(order, edges, max_clusters=max_clusters)
     clusters, pending = [], list(groups)
     while pending:
         group = pending.pop(0)
@@ -123,10 +125,8 @@ def offload(frozen, *, min_cluster_size=3, max_clusters=None, allow=None, deny=N
         if refused is not None:  # one node refused: it stays in TF, the rest is clustered again
             reasons[refused] = step.error
             inside = set(group)
-            pending[:0] = partition.cluster([n for n in order if n in inside],
-                                            [(a, b) for a, b in edges if a in inside and b in inside],
-                                            lambda name: reasons[name] is None, min_cluster_size=min_cluster_size,
-                                            counts=lambda name: by_name[name].op not in mark.NOT_COMPUTE)  # fmt: skip
+            pending[:0] = cluster([n for n in order if n in inside],
+                                  [(a, b) for a, b in edges if a in inside and b in inside])  # fmt: skip
             continue
         clusters.append(step)
         if progress is not None:

@@ -167,7 +167,7 @@ def _convert_nodes(bb, ctx, frozen, env, run_in_tf, deny) -> list[Fallback]:
         if reason is None and node.op in deny:
             reason = "in the deny list"
         if reason is None:
-            reason = _try_convert(bb, ctx, env, node)
+            reason = convert.convert_node(ctx, env, node)
             if reason is None:
                 continue
         fallbacks.append(_fall_back(bb, frozen, env, run_in_tf, prefix, [node], reason))
@@ -178,24 +178,6 @@ def _island_reason(graph, unit) -> str:
     dtypes = sorted({t.dtype.name for n in unit for t in graph.get_operation_by_name(n.name).outputs
                      if t.dtype.name not in CROSSABLE_DTYPES})  # fmt: skip
     return f"{len(unit)} TF ops joined by values of dtype {', '.join(dtypes)}, which only TF can hold"
-
-
-def _try_convert(bb, ctx, env, node) -> str | None:
-    """Convert `node` into the function; None on success, else why it stays in TF."""
-    data_inputs = [convert._tensor_name(i) for i in node.input if not i.startswith("^")]
-    missing = [i for i in data_inputs if i not in env]
-    if missing:  # an input only TF can produce (e.g. a string)
-        return f"input {missing[0]} is not a TVM value"
-    try:
-        value = convert.CONVERTERS[node.op](ctx, node, *[env[i] for i in data_inputs])
-        convert.bind_outputs(bb, env, node, value)
-        return convert.unknown_shape(env, node)
-    except convert.Unsupported as err:
-        return str(err)
-    except Exception as err:  # a converter's failure costs this op, never the whole model
-        log.warning("converter for %s (%s) failed, it runs in TF: %s: %s", node.name, node.op,
-                    type(err).__name__, err)  # fmt: skip
-        return f"converter failed: {type(err).__name__}: {err}"
 
 
 def _dims(t) -> list:
