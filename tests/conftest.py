@@ -7,6 +7,9 @@ from pathlib import Path
 # One private cache per test session unless the caller chose one (CI does).
 os.environ.setdefault("TFTVM_CACHE_DIR", tempfile.mkdtemp(prefix="tftvm-test-cache-"))
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+# The safety net would keep tiny test clusters in TF wherever TF is faster, and the tests
+# would then check TF against TF: it is off here, and on in tests/test_keep_faster.py.
+os.environ.setdefault("TFTVM_KEEP_FASTER", "0")
 
 import numpy as np  # noqa: E402
 import pytest  # noqa: E402

@@ -21,16 +21,17 @@ def scheduled_script(A, B, C) -> str:
 
 @pytest.mark.parametrize("m, k, n, tiled", [
     (64, 48, 64, True),    # rows and columns both tile
-    (13, 7, 48, True),     # rows do not divide 8: one-row tiles
-    ("m", 33, 16, True),   # symbolic rows, one vector of columns
+    (13, 7, 48, True),     # no tile height divides 13 rows: the last tile is cut short
+    (14, 7, 48, True),     # 7-row tiles
+    ("m", 33, 16, True),   # symbolic rows padded to whole tiles, one vector of columns
     (16, 12, 40, True),    # 40 columns, no multiple of a vector: half-vector tiles (Xception's 728)
     (5, 6, 7, False),      # columns not a vector multiple: parallel loop only
 ])  # fmt: skip
 def test_matmul_matches_numpy(m, k, n, tiled, rng):
     A, B, C = matmul(te.var("m") if m == "m" else m, k, n)
-    assert ("C_local" in scheduled_script(A, B, C)) == tiled
+    assert ("_local" in scheduled_script(A, B, C)) == tiled
     op = tftvm.op([A, B], [C], name=f"sched_mm_{m}_{k}_{n}")
-    for rows in ([1, 9, 24] if m == "m" else [m]):
+    for rows in ([1, 9, 16, 24] if m == "m" else [m]):
         a = rng.standard_normal((rows, k)).astype(np.float32)
         b = rng.standard_normal((k, n)).astype(np.float32)
         np.testing.assert_allclose(op(a, b).numpy(), a @ b, rtol=1e-4, atol=1e-4)
@@ -50,6 +51,30 @@ def test_tiled_conv_and_pool_match_tf(rng):
     wv = rng.standard_normal((3, 3, 32, 32)).astype(np.float32)
     want = tf.nn.max_pool2d(tf.nn.conv2d(xv, wv, 1, "VALID"), 2, 2, "VALID")
     np.testing.assert_allclose(op(xv, wv).numpy(), want.numpy(), rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.parametrize("side, kernel", [(7, 1), (14, 3), (28, 3), (19, 1), (17, 3)])
+def test_conv_tiles_of_any_image_side_match_tf(side, kernel, rng):
+    """7x7 and 14x14 images tile 7 rows, 28x28 7 (not 8 straddling two image rows),
+    19x19 and 17x17 cut their last tile short; a None batch runs at two sizes."""
+    w = tf.constant(rng.standard_normal((kernel, kernel, 24, 32)).astype(np.float32))
+    optimized = tftvm.optimize(lambda x: tf.nn.relu(tf.nn.conv2d(x, w, 1, "SAME")),
+                               [tf.TensorSpec([None, side, side, 24])], min_cluster_size=1)  # fmt: skip
+    for batch in (1, 3):
+        x = rng.standard_normal((batch, side, side, 24)).astype(np.float32)
+        want = tf.nn.relu(tf.nn.conv2d(x, w, 1, "SAME")).numpy()
+        np.testing.assert_allclose(optimized(x).numpy(), want, rtol=1e-4, atol=1e-4)
+
+
+def test_dense_with_epilogue_over_padded_rows_matches_tf(rng):
+    """A None batch is padded to 8-row tiles; the bias and ReLU ride on the copy out, which
+    must write exactly the batch's rows (17: two whole tiles and one row)."""
+    w = tf.constant(rng.standard_normal((40, 64)).astype(np.float32))
+    b = tf.constant(rng.standard_normal(64).astype(np.float32))
+    optimized = tftvm.optimize(lambda x: tf.nn.relu(x @ w + b), [tf.TensorSpec([None, 40])], min_cluster_size=1)
+    for batch in (1, 8, 17):
+        x = rng.standard_normal((batch, 40)).astype(np.float32)
+        np.testing.assert_allclose(optimized(x).numpy(), tf.nn.relu(x @ w + b).numpy(), rtol=1e-4, atol=1e-4)
 
 
 @pytest.mark.parametrize("m, k, n, parallel", [

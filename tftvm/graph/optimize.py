@@ -2,12 +2,13 @@
 from __future__ import annotations
 
 import logging
+import os
 import time
 from collections import defaultdict
 
 import tensorflow as tf
 
-from . import control_flow, convert, lower, mark, partition, report, rewrite
+from . import control_flow, convert, lower, mark, measure, partition, report, rewrite
 from .freeze import freeze
 from .order import postorder
 
@@ -64,7 +65,7 @@ class Optimized(tf.Module):
 
 def optimize(fn, input_signature=None, *, cache_size: int = 8, min_cluster_size: int = 3,
              max_clusters: int | None = None, allow: set | None = None, deny: set | None = None, strict: bool = False,
-             target=None, progress=None, validate=False, database=None) -> Optimized:  # fmt: skip
+             target=None, progress=None, validate=False, database=None, keep_faster=None) -> Optimized:  # fmt: skip
     """Cluster the supported nodes of `fn`'s graph, compile each cluster with TVM, and
     return a callable that runs the clusters as tftvm ops and everything else in TF.
 
@@ -73,11 +74,17 @@ def optimize(fn, input_signature=None, *, cache_size: int = 8, min_cluster_size:
     original and the optimized function side by side; the errors go into the report.
     `database` (default $TFTVM_TUNING_DB): MetaSchedule records from `tftvm.tune`;
     kernels with a record compile their tuned schedule.
+    `keep_faster` (default True, or $TFTVM_KEEP_FASTER=0 for False): time each compiled
+    cluster in TVM and in TF (`None` dims at 1) and keep TF's where it is faster; the
+    report gives both times. The timings are cached with the kernels.
     Without `input_signature`, each new input signature compiles a variant (LRU of
     `cache_size`); a second shape of the same pattern compiles a symbolic variant.
     """
+    if keep_faster is None:
+        keep_faster = os.environ.get("TFTVM_KEEP_FASTER", "1") != "0"
     options = dict(min_cluster_size=min_cluster_size, max_clusters=max_clusters, allow=allow, deny=deny,
-                   strict=strict, target=target, progress=progress, database=database)  # fmt: skip
+                   strict=strict, target=target, progress=progress, database=database,
+                   keep_faster=keep_faster)  # fmt: skip
     if input_signature is None:
         from .adaptive import AdaptiveOptimized
 
@@ -96,7 +103,7 @@ def optimize(fn, input_signature=None, *, cache_size: int = 8, min_cluster_size:
 
 
 def offload(frozen, *, min_cluster_size=3, max_clusters=None, allow=None, deny=None, strict=False,
-            target=None, progress=None, database=None):  # fmt: skip
+            target=None, progress=None, database=None, keep_faster=False):  # fmt: skip
     """Mark, partition and compile the nodes of `frozen` (the main graph or a loop body):
     (clusters, reasons, run), `run` being a Python function of its inputs that replays it."""
     nodes = list(frozen.graph_def.node)
@@ -128,6 +135,8 @@ def offload(frozen, *, min_cluster_size=3, max_clusters=None, allow=None, deny=N
             pending[:0] = cluster([n for n in order if n in inside],
                                   [(a, b) for a, b in edges if a in inside and b in inside])  # fmt: skip
             continue
+        if keep_faster and step.program is not None:
+            _keep_faster(step, frozen, reasons)
         clusters.append(step)
         if progress is not None:
             progress(len(clusters), len(clusters) + len(pending), step)
@@ -180,6 +189,20 @@ def _compile(step, frozen, target, strict, database) -> str | None:
     step.compile_seconds = time.perf_counter() - start
     log.info("cluster %d: %d nodes, %.2f s", step.index, len(step.nodes), step.compile_seconds)
     return refused
+
+
+def _keep_faster(step, frozen, reasons) -> None:
+    """The safety net: a cluster that TF runs faster than its TVM kernels stays in TF."""
+    try:
+        step.timing = measure.compare(step, frozen)
+    except Exception as err:  # a failed measurement keeps TVM, which is correct, just unmeasured
+        log.warning("cluster %d could not be timed against TF (%s); it runs in TVM", step.index, err)
+        return
+    if step.timing.tf_faster:
+        log.info("cluster %d stays in TF, which is faster: %s", step.index, step.timing)
+        step.program = None
+        for n in step.nodes:
+            reasons[n.name] = f"TF runs its cluster faster ({step.timing})"
 
 
 def _topology(nodes):

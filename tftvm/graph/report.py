@@ -55,7 +55,7 @@ def summarize(frozen, clusters, reasons, body_offloaded: int = 0) -> ConversionR
             why = reasons.get(n.name) or ("its cluster failed to compile (above)" if n.name in in_failed
                                           else "cluster below min_cluster_size")  # fmt: skip
             in_tf.append(OpInTF(n.name, n.op, why))
-    failed = [(c.index, c.error) for c in clusters if c.program is None]
+    failed = [(c.index, c.error) for c in clusters if c.program is None and c.timing is None]
     everything = in_tf_with_bodies(frozen.graph_def, in_tf)
     total = len(compute) + len(everything) - len(in_tf) + body_offloaded
     return ConversionReport(total, len(compute) - len(in_tf) + body_offloaded, everything, failed)
@@ -69,8 +69,14 @@ def format_report(frozen, clusters, reasons, body_offloaded: int = 0) -> str:
         ops = Counter(n.op for n in c.nodes if n.op not in NOT_COMPUTE)
         shapes = ", ".join(str(frozen.tensor(t).shape) for t in c.inputs)
         out_shapes = ", ".join(str(frozen.tensor(t).shape) for t in c.outputs)
-        status = (f"{len(c.program.kernels)} TVM kernels, compiled in {c.compile_seconds:.2f} s"
-                  if c.program is not None else f"stayed in TF: {c.error}")  # fmt: skip
+        if c.program is not None:
+            status = f"{len(c.program.kernels)} TVM kernels, compiled in {c.compile_seconds:.2f} s"
+            status += f"; measured {c.timing}" if c.timing is not None else ""
+        elif c.timing is not None:
+            status = f"kept in TF, which is faster: {c.timing}"
+        else:
+            status = f"stayed in TF: {c.error}"
+
         lines.append(f"cluster {c.index}: {sum(ops.values())} ops "
                      f"({', '.join(f'{k} x{v}' for k, v in sorted(ops.items()))}); "
                      f"inputs {shapes}; outputs {out_shapes}; {status}")  # fmt: skip

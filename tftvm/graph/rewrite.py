@@ -21,6 +21,7 @@ class ClusterStep:
     program: object = None  # RelaxProgram once compiled
     compile_seconds: float = 0.0
     error: str | None = None
+    timing: object = None  # measure.Timing where the safety net measured it
 
 
 def tensor_inputs(node) -> list[str]:
@@ -67,7 +68,7 @@ def replay(frozen, steps, order):
             if node.op == "Placeholder":
                 continue
             op = frozen.graph.get_operation_by_name(node.name)
-            graph_def = tf.compat.v1.GraphDef(node=[_without_control_inputs(node)])
+            graph_def = tf.compat.v1.GraphDef(node=[without_control_inputs(node)])
             graph_def.versions.CopyFrom(frozen.graph_def.versions)
             called = functions_called(node, library)
             if called:  # While/If bodies and the functions they call come along with it
@@ -116,7 +117,7 @@ def register_functions(functions) -> None:
             ctx.add_function_def(fdef)
 
 
-def _without_control_inputs(node):
+def without_control_inputs(node):
     import tensorflow as tf
 
     copy = tf.compat.v1.NodeDef()

@@ -1,0 +1,90 @@
+"""The safety net: each cluster is timed in TVM and in TF, and the faster one runs."""
+import json
+import logging
+
+import numpy as np
+import pytest
+import tensorflow as tf
+import tftvm
+from tftvm.graph import measure
+
+
+def model(rng, units=48):
+    w1 = tf.constant(rng.standard_normal((32, units)).astype(np.float32))
+    w2 = tf.constant(rng.standard_normal((units, 16)).astype(np.float32))
+    return lambda x: tf.nn.relu(x @ w1) @ w2
+
+
+SPEC = [tf.TensorSpec([None, 32], tf.float32)]
+
+
+def test_both_sides_are_measured_and_the_choice_follows_them(rng):
+    fn = model(rng)
+    optimized = tftvm.optimize(fn, SPEC, keep_faster=True)
+    (cluster,) = optimized._clusters
+    timing = cluster.timing
+    assert timing.tvm_seconds > 0 and timing.tf_seconds > 0
+    assert (cluster.program is None) == timing.tf_faster
+    assert str(timing) in optimized.report()
+    x = rng.standard_normal((5, 32)).astype(np.float32)
+    np.testing.assert_allclose(optimized(x).numpy(), fn(x).numpy(), rtol=1e-4, atol=1e-4)
+
+
+def test_a_cluster_tf_runs_faster_stays_in_tf_with_both_times(rng, monkeypatch):
+    """The clock says TF is twice as fast (a stand-in for a slow kernel): the cluster's nodes
+    run in TF, the report says why, and the result is TF's own."""
+    monkeypatch.setattr(measure, "time_both", lambda *args: measure.Timing(2e-3, 1e-3))
+    monkeypatch.setattr(measure, "_read", lambda key: None)
+    fn = model(rng, units=40)
+    optimized = tftvm.optimize(fn, SPEC, keep_faster=True)
+    (cluster,) = optimized._clusters
+    assert cluster.program is None
+    summary = optimized.summary()
+    assert summary.offloaded == 0 and not summary.failed_clusters
+    assert {op.reason for op in summary.in_tf} == {"TF runs its cluster faster (TVM 2.000 ms, TF 1.000 ms)"}
+    assert "kept in TF, which is faster: TVM 2.000 ms, TF 1.000 ms" in optimized.report()
+    x = rng.standard_normal((3, 32)).astype(np.float32)
+    np.testing.assert_allclose(optimized(x).numpy(), fn(x).numpy(), rtol=1e-5)
+    assert "TvmCall" not in {n.op for n in optimized.__call__.get_concrete_function().graph.as_graph_def().node}
+
+
+def test_timings_are_cached_with_the_kernels(rng, monkeypatch):
+    fn = model(rng, units=56)
+    first = tftvm.optimize(fn, SPEC, keep_faster=True)._clusters[0].timing
+
+    def no_timing(*args):
+        raise AssertionError("measured again")
+
+    monkeypatch.setattr(measure, "time_both", no_timing)
+    second = tftvm.optimize(fn, SPEC, keep_faster=True)._clusters[0].timing
+    assert second.cached and (second.tvm_seconds, second.tf_seconds) == (first.tvm_seconds, first.tf_seconds)
+
+
+def test_a_corrupt_timing_cache_entry_is_measured_again(rng, caplog):
+    fn = model(rng, units=24)
+    tftvm.optimize(fn, SPEC, keep_faster=True)
+    entries = list((tftvm.cache_dir.subdir("timings")).glob("*.json"))
+    for path in entries:
+        path.write_text("{not json")
+    with caplog.at_level(logging.WARNING, logger="tftvm.graph.measure"):
+        timing = tftvm.optimize(fn, SPEC, keep_faster=True)._clusters[0].timing
+    assert not timing.cached and "corrupt timing cache entry" in caplog.text
+    assert any(json.loads(p.read_text())["format"] == measure.FORMAT for p in entries if p.exists())
+
+
+def test_off_by_option_and_by_environment(rng, monkeypatch):
+    fn = model(rng, units=20)
+    assert tftvm.optimize(fn, SPEC, keep_faster=False)._clusters[0].timing is None
+    monkeypatch.setenv("TFTVM_KEEP_FASTER", "0")
+    assert tftvm.optimize(fn, SPEC)._clusters[0].timing is None
+    monkeypatch.setenv("TFTVM_KEEP_FASTER", "1")
+    assert tftvm.optimize(fn, SPEC)._clusters[0].timing is not None
+
+
+def test_repeated_runs_are_sequential_and_right(rng):
+    """The timed function repeats the cluster; its outputs are still the cluster's."""
+    x = tf.constant(rng.standard_normal((4, 8)).astype(np.float32))
+    f = measure._repeated(lambda a: [a * 2.0 + 1.0], 5, [tf.TensorSpec([4, 8], tf.float32)])
+    np.testing.assert_allclose(f(x)[0].numpy(), x.numpy() * 2.0 + 1.0)
+    ops = [n.op for n in f.get_concrete_function().graph.as_graph_def().node]
+    assert ops.count("Mul") == 5

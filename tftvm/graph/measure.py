@@ -1,0 +1,171 @@
+"""The safety net: a compiled cluster runs in TVM only where TVM is not slower than TF.
+
+Each cluster is timed twice in one process, as its tftvm kernels and as its own TF nodes
+(run by TF, grappler's fusions included), on random inputs of its input shapes with `None`
+dims at MEASURE_DIM; the runs are interleaved and each side's median is kept (the pattern
+of PyTorch Inductor's autotuning between its kernels and ATen). A timed call repeats the
+cluster, each repeat after the last, so that tf.function's call overhead (~280 µs here)
+does not drown a small cluster. Timings are cached on disk, keyed by the kernels' code and
+the TF subgraph, so a second process pays nothing.
+"""
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+import logging
+import math
+import time
+
+from .. import cache_dir
+
+log = logging.getLogger(__name__)
+
+MEASURE_DIM = 1  # a `None` dim (a batch, mostly) is measured at this size
+SLOWER_MARGIN = 1.05  # TF replaces TVM only when it is this much faster: medians move ~3% here
+ROUNDS = 7  # interleaved timed calls per side
+CALL_SECONDS = 0.003  # a timed call repeats the cluster to last about this long
+MAX_REPEATS = 32
+FORMAT = 1
+
+
+@dataclasses.dataclass(frozen=True)
+class Timing:
+    """Median seconds of one run of a cluster in TVM and in TF."""
+
+    tvm_seconds: float
+    tf_seconds: float
+    cached: bool = False
+
+    @property
+    def tf_faster(self) -> bool:
+        return self.tf_seconds * SLOWER_MARGIN < self.tvm_seconds
+
+    def __str__(self) -> str:
+        return f"TVM {1e3 * self.tvm_seconds:.3f} ms, TF {1e3 * self.tf_seconds:.3f} ms"
+
+
+def compare(step, frozen) -> Timing:
+    """`step` (a compiled rewrite.ClusterStep of `frozen`) timed in TVM and in TF."""
+    import tensorflow as tf
+
+    specs = [tf.TensorSpec([MEASURE_DIM if d is None else d for d in frozen.tensor(t).shape.as_list()],
+                           frozen.tensor(t).dtype) for t in step.inputs]  # fmt: skip
+    graph_def = _subgraph(step, frozen)
+    key = _key(step, graph_def, specs)
+    cached = _read(key)
+    if cached is not None:
+        return cached
+    inputs = [_random(spec, seed) for seed, spec in enumerate(specs)]
+    run_tf = _run_tf(graph_def, step)
+    timing = time_both(step.program, run_tf, inputs, specs)
+    log.info("cluster %d: %s", step.index, timing)
+    _write(key, timing)
+    return timing
+
+
+def time_both(run_tvm, run_tf, inputs, specs) -> Timing:
+    """Interleaved medians of `run_tvm` and `run_tf` (functions of TF tensors) on `inputs`."""
+    once = [_repeated(run, 1, specs) for run in (run_tvm, run_tf)]
+    single = min(_median(f, inputs, 3) for f in once)
+    repeats = max(1, min(MAX_REPEATS, math.ceil(CALL_SECONDS / max(single, 1e-6))))
+    timed = [_repeated(run, repeats, specs) for run in (run_tvm, run_tf)] if repeats > 1 else once
+    samples: list[list[float]] = [[], []]
+    for _ in range(ROUNDS):
+        for side, f in enumerate(timed):
+            samples[side].append(_median(f, inputs, 1) / repeats)
+    tvm_s, tf_s = (sorted(s)[len(s) // 2] for s in samples)
+    return Timing(tvm_s, tf_s)
+
+
+def _repeated(run, repeats: int, specs):
+    """A tf.function that runs `run` `repeats` times, each after the last finished."""
+    import tensorflow as tf
+
+    def body(*args):
+        outputs: list = []
+        for _ in range(repeats):
+            with tf.control_dependencies(outputs):
+                again = [tf.identity(a) for a in args]  # waits for the previous run
+            outputs = tf.nest.flatten(run(*again))
+        return outputs
+
+    return tf.function(body, input_signature=specs, autograph=False)
+
+
+def _median(f, inputs, calls: int) -> float:
+    f(*inputs)  # traced and warm
+    times = []
+    for _ in range(calls):
+        start = time.perf_counter()
+        for t in f(*inputs):
+            t.numpy()
+        times.append(time.perf_counter() - start)
+    return sorted(times)[len(times) // 2]
+
+
+def _subgraph(step, frozen):
+    """The cluster's own nodes as a GraphDef (their inputs from outside fed by input_map)."""
+    import tensorflow as tf
+
+    from .rewrite import without_control_inputs
+
+    graph_def = tf.compat.v1.GraphDef(node=[without_control_inputs(n) for n in step.nodes])
+    graph_def.versions.CopyFrom(frozen.graph_def.versions)
+    return graph_def
+
+
+def _run_tf(graph_def, step):
+    import tensorflow as tf
+
+    def run(*args):
+        return tf.graph_util.import_graph_def(graph_def, input_map=dict(zip(step.inputs, args)),
+                                              return_elements=list(step.outputs), name="")  # fmt: skip
+
+    return run
+
+
+def _random(spec, seed: int):
+    """Normal floats; zeros for integers and booleans (a gather index, a mask: always valid)."""
+    import numpy as np
+    import tensorflow as tf
+
+    if spec.dtype.is_floating:
+        value = np.random.default_rng(seed).standard_normal(spec.shape.as_list())
+        return tf.constant(value, dtype=spec.dtype)
+    return tf.zeros(spec.shape, spec.dtype)
+
+
+def _key(step, graph_def, specs) -> str:
+    import tensorflow as tf
+
+    parts = [str(FORMAT), tf.__version__, str(MEASURE_DIM), graph_def.SerializeToString(deterministic=True).hex(),
+             repr([(s.shape.as_list(), s.dtype.name) for s in specs]), repr(list(step.outputs))]  # fmt: skip
+    parts += [k.kernel.key for k in step.program.kernels]  # the compiled code itself
+    return hashlib.sha256("\n".join(parts).encode()).hexdigest()
+
+
+def _path(key: str):
+    return cache_dir.subdir("timings") / f"{key}.json"
+
+
+def _read(key: str) -> Timing | None:
+    path = _path(key)
+    if not path.exists():
+        return None
+    try:
+        data = json.loads(path.read_text())
+        if data.get("format") != FORMAT:
+            raise ValueError(f"format {data.get('format')}, expected {FORMAT}")
+        return Timing(float(data["tvm_seconds"]), float(data["tf_seconds"]), cached=True)
+    except (OSError, ValueError, KeyError, TypeError) as err:
+        log.warning("ignoring a corrupt timing cache entry %s (%s); measuring again", path, err)
+        return None
+
+
+def _write(key: str, timing: Timing) -> None:
+    data = {"format": FORMAT, "tvm_seconds": timing.tvm_seconds, "tf_seconds": timing.tf_seconds}
+    try:
+        cache_dir.atomic_write(_path(key), json.dumps(data).encode())
+    except OSError as err:
+        log.warning("could not write the timing cache: %s", err)
