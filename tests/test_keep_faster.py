@@ -88,3 +88,36 @@ def test_repeated_runs_are_sequential_and_right(rng):
     np.testing.assert_allclose(f(x)[0].numpy(), x.numpy() * 2.0 + 1.0)
     ops = [n.op for n in f.get_concrete_function().graph.as_graph_def().node]
     assert ops.count("Mul") == 5
+
+
+def test_compile_model_runs_tf_where_tf_is_faster_and_the_export_keeps_it(rng, monkeypatch, tmp_path):
+    monkeypatch.setattr(measure, "time_calls", lambda *args: measure.Timing(3e-3, 1e-3))
+    fn = tf.function(model(rng, units=36))
+    compiled = tftvm.compile_model(fn, SPEC, keep_faster=True)
+    x = rng.standard_normal((4, 32)).astype(np.float32)
+    np.testing.assert_allclose(np.asarray(compiled(x)), fn(x).numpy(), rtol=1e-5)
+    assert compiled.calls == 0  # the VM never ran
+    assert compiled.summary().offloaded == 0
+    assert "runs in TF, which is faster" in compiled.report()
+    loaded = tftvm.load_model(compiled.export(tmp_path / "m"))
+    np.testing.assert_allclose(np.asarray(loaded(x)), fn(x).numpy(), rtol=1e-5)
+    assert loaded.calls == 0 and loaded.timing.tf_faster
+
+
+def test_compile_model_measures_both_and_keeps_tvm_where_it_is_faster(rng, monkeypatch):
+    monkeypatch.setattr(measure, "time_calls", lambda *args: measure.Timing(1e-3, 3e-3))
+    fn = tf.function(model(rng, units=28))
+    compiled = tftvm.compile_model(fn, SPEC, keep_faster=True)
+    x = rng.standard_normal((2, 32)).astype(np.float32)
+    np.testing.assert_allclose(np.asarray(compiled(x)), fn(x).numpy(), rtol=1e-4, atol=1e-4)
+    assert compiled.calls == 1 and compiled.summary().offloaded == compiled.summary().compute_nodes
+    assert "runs in TVM" in compiled.report()
+
+
+def test_compile_model_timing_is_real(rng):
+    fn = tf.function(model(rng, units=44))
+    compiled = tftvm.compile_model(fn, SPEC, keep_faster=True)
+    assert compiled.timing.tvm_seconds > 0 and compiled.timing.tf_seconds > 0
+    assert compiled.calls == 0  # the measuring runs are not counted as calls
+    x = rng.standard_normal((3, 32)).astype(np.float32)
+    np.testing.assert_allclose(np.asarray(compiled(x)), fn(x).numpy(), rtol=1e-4, atol=1e-4)

@@ -10,6 +10,7 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
+import os
 import threading
 import time
 from pathlib import Path
@@ -49,6 +50,39 @@ class CompiledModel:
         register_functions(list(frozen.graph_def.library.function))
         self.calls = 0
         self.seconds = 0.0
+        self.timing = None  # measure.Timing of the whole model where the safety net measured it
+        self._in_tf = None  # the frozen graph as a tf.function, where TF ran it faster
+
+    def keep_faster(self) -> None:
+        """The safety net: time the model's VM against its frozen graph in TF (`None` dims at
+        1) and run TF's from now on if it is faster."""
+        import tensorflow as tf
+
+        from .graph import measure
+
+        specs = [tf.TensorSpec(t.shape, t.dtype) for t in self._frozen.inputs]
+        tf_graph = self._tf_function()
+        self.timing = measure.time_calls(self._run_vm, tf_graph, measure.random_inputs(specs))
+        log.info("whole model: %s", self.timing)
+        self.calls, self.seconds = 0, 0.0  # the report counts the user's calls, not these
+        for fb in self.fallbacks:
+            fb.calls, fb.seconds = 0, 0.0
+        if self.timing.tf_faster:
+            log.info("the model runs in TF, which is faster: %s", self.timing)
+            self._in_tf = tf_graph
+
+    def _tf_function(self):
+        import tensorflow as tf
+
+        frozen = self._frozen
+        names, outputs = [t.name for t in frozen.inputs], [t.name for t in frozen.outputs]
+
+        def run(*args):
+            return tf.graph_util.import_graph_def(frozen.graph_def, input_map=dict(zip(names, args)),
+                                                  return_elements=outputs, name="")  # fmt: skip
+
+        specs = [tf.TensorSpec(t.shape, t.dtype) for t in frozen.inputs]
+        return tf.function(run, input_signature=specs, autograph=False)
 
     def __call__(self, *inputs):
         """The model on `inputs`, structured as the signature is (a list of two for a
@@ -58,7 +92,13 @@ class CompiledModel:
         flat = tf.nest.flatten(list(inputs))
         if len(flat) != len(self._frozen.inputs):
             raise TypeError(f"the model takes {len(self._frozen.inputs)} inputs, got {len(flat)}")
-        args = [_to_tvm(_checked(i, x, t)) for i, (x, t) in enumerate(zip(flat, self._frozen.inputs))]
+        checked = [_checked(i, x, t) for i, (x, t) in enumerate(zip(flat, self._frozen.inputs))]
+        outputs = self._in_tf(*checked) if self._in_tf is not None else self._run_vm(*checked)
+        return tf.nest.pack_sequence_as(self._structure, list(outputs))
+
+    def _run_vm(self, *checked):
+        """The outputs (TF tensors, flat) of the VM on checked TF tensors."""
+        args = [_to_tvm(x) for x in checked]
         with self._lock:
             start = time.perf_counter()
             try:
@@ -72,8 +112,7 @@ class CompiledModel:
                                  f"shares between inputs (their batch, say) differs. TVM: {err}") from None
             self.seconds += time.perf_counter() - start
             self.calls += 1
-        outputs = [_to_tf(r) for r in (list(result) if len(self._frozen.outputs) > 1 else [result])]
-        return tf.nest.pack_sequence_as(self._structure, outputs)
+        return [_to_tf(r) for r in (list(result) if len(self._frozen.outputs) > 1 else [result])]
 
     def export(self, path) -> Path:
         """Write the model to directory `path`: the TVM library, the graph its TF ops come
@@ -93,6 +132,9 @@ class CompiledModel:
             "fallbacks": [{k: getattr(fb, k) for k in ("node", "op", "reason", "packed_name", "feeds", "fetches", "nodes")}
                           for fb in self.fallbacks],  # fmt: skip
             "target": self.target,
+            # The safety net's verdict travels with the model: TF's graph is in the export.
+            "timing": None if self.timing is None else {"tvm_seconds": self.timing.tvm_seconds,
+                                                        "tf_seconds": self.timing.tf_seconds},
         }
         (path / MANIFEST).write_text(json.dumps(manifest, indent=1))
         return path
@@ -101,6 +143,10 @@ class CompiledModel:
         """What ran where, as data: compute nodes, how many ran in TVM, each TF op and why."""
         in_tf = [OpInTF(name, self._ops[name], fb.reason) for fb in self.fallbacks for name in fb.nodes
                  if self._ops[name] not in NOT_COMPUTE]  # fmt: skip
+        if self._in_tf is not None:
+            why = f"TF runs the whole model faster ({self.timing})"
+            in_tf = [OpInTF(name, op, why) for name, op in self._ops.items() if op not in NOT_COMPUTE]
+            return ConversionReport(len(in_tf), 0, in_tf_with_bodies(self._frozen.graph_def, in_tf), [])
         compute = sum(1 for op in self._ops.values() if op not in NOT_COMPUTE)
         everything = in_tf_with_bodies(self._frozen.graph_def, in_tf)
         extra = self.body_offloaded
@@ -112,6 +158,9 @@ class CompiledModel:
         lines = [f"compute nodes: {summary.compute_nodes}, in TVM: {summary.offloaded} "
                  f"({100 * summary.fraction:.1f}%), in TF: {len(summary.in_tf)}; "
                  f"{self.calls} calls, {1e3 * self.seconds:.2f} ms in all"]  # fmt: skip
+        if self.timing is not None:
+            where = "TF, which is faster" if self._in_tf is not None else "TVM"
+            lines.append(f"whole model measured (None dims at 1): {self.timing}; runs in {where}")
         for fb in self.fallbacks:
             share = 100.0 * fb.seconds / self.seconds if self.seconds else 0.0
             where = fb.node if len(fb.nodes) == 1 else f"{len(fb.nodes)} nodes from {fb.node}"
@@ -133,7 +182,8 @@ def _checked(index: int, value, spec):
     return tensor
 
 
-def compile_model(model, input_signature, *, fallback: str = "tf", target=None, deny=None) -> CompiledModel:
+def compile_model(model, input_signature, *, fallback: str = "tf", target=None, deny=None,
+                  keep_faster=None) -> CompiledModel:  # fmt: skip
     """Compile a whole TF model (Keras model, tf.function, callable) into one Relax VM program.
 
     `input_signature`: TensorSpecs, nested as the model takes its inputs (e.g. `[[s1, s2]]`
@@ -142,6 +192,8 @@ def compile_model(model, input_signature, *, fallback: str = "tf", target=None, 
     `fallback="error"`: such ops raise `Unsupported` (tftvm.graph.convert), naming them.
     `deny`: TF op types to keep in TF although they convert.
     `target`: a TVM target dict (default: this CPU).
+    `keep_faster` (default True, $TFTVM_KEEP_FASTER=0 for False): time the compiled model
+    against its frozen graph in TF and run TF's where it is faster (`report()` says so).
     """
     import tvm
 
@@ -165,6 +217,8 @@ def compile_model(model, input_signature, *, fallback: str = "tf", target=None, 
     log.info("compiled the model (%d ops in TF) in %.2f s", len(fallbacks), time.perf_counter() - start)
     compiled = CompiledModel(frozen, fallbacks, executable, str(target))
     compiled.body_offloaded = sum(b.offloaded for b in control_flow.flatten(bodies))
+    if keep_faster if keep_faster is not None else os.environ.get("TFTVM_KEEP_FASTER", "1") != "0":
+        compiled.keep_faster()
     return compiled
 
 
@@ -190,7 +244,13 @@ def load_model(path) -> CompiledModel:
     register = _register_tf_runner(frozen)
     for fb in fallbacks:
         register(fb)
-    return CompiledModel(frozen, fallbacks, tvm.runtime.load_module(str(library)), manifest["target"])
+    compiled = CompiledModel(frozen, fallbacks, tvm.runtime.load_module(str(library)), manifest["target"])
+    if manifest.get("timing"):
+        from .graph.measure import Timing
+
+        compiled.timing = Timing(manifest["timing"]["tvm_seconds"], manifest["timing"]["tf_seconds"], cached=True)
+        compiled._in_tf = compiled._tf_function() if compiled.timing.tf_faster else None
+    return compiled
 
 
 def _fused_and_scheduled(mod):

@@ -1,4 +1,4 @@
-"""The safety net: a compiled cluster runs in TVM only where TVM is not slower than TF.
+"""The safety net: a compiled cluster (or model) runs in TVM only where it is not slower than TF.
 
 Each cluster is timed twice in one process, as its tftvm kernels and as its own TF nodes
 (run by TF, grappler's fusions included), on random inputs of its input shapes with `None`
@@ -6,7 +6,8 @@ dims at MEASURE_DIM; the runs are interleaved and each side's median is kept (th
 of PyTorch Inductor's autotuning between its kernels and ATen). A timed call repeats the
 cluster, each repeat after the last, so that tf.function's call overhead (~280 µs here)
 does not drown a small cluster. Timings are cached on disk, keyed by the kernels' code and
-the TF subgraph, so a second process pays nothing.
+the TF subgraph, so a second process pays nothing. `compile_model` times the whole
+model (its VM against its frozen TF graph) with `time_calls`.
 """
 from __future__ import annotations
 
@@ -17,6 +18,9 @@ import logging
 import math
 import time
 
+import numpy as np
+import tensorflow as tf
+
 from .. import cache_dir
 
 log = logging.getLogger(__name__)
@@ -26,6 +30,7 @@ SLOWER_MARGIN = 1.05  # TF replaces TVM only when it is this much faster: median
 ROUNDS = 7  # interleaved timed calls per side
 CALL_SECONDS = 0.003  # a timed call repeats the cluster to last about this long
 MAX_REPEATS = 32
+WARM_CALLS = 3
 FORMAT = 1
 
 
@@ -47,16 +52,13 @@ class Timing:
 
 def compare(step, frozen) -> Timing:
     """`step` (a compiled rewrite.ClusterStep of `frozen`) timed in TVM and in TF."""
-    import tensorflow as tf
-
-    specs = [tf.TensorSpec([MEASURE_DIM if d is None else d for d in frozen.tensor(t).shape.as_list()],
-                           frozen.tensor(t).dtype) for t in step.inputs]  # fmt: skip
+    inputs = random_inputs([tf.TensorSpec(frozen.tensor(t).shape, frozen.tensor(t).dtype) for t in step.inputs])
+    specs = [tf.TensorSpec(x.shape, x.dtype) for x in inputs]
     graph_def = _subgraph(step, frozen)
     key = _key(step, graph_def, specs)
     cached = _read(key)
     if cached is not None:
         return cached
-    inputs = [_random(spec, seed) for seed, spec in enumerate(specs)]
     run_tf = _run_tf(graph_def, step)
     timing = time_both(step.program, run_tf, inputs, specs)
     log.info("cluster %d: %s", step.index, timing)
@@ -78,10 +80,40 @@ def time_both(run_tvm, run_tf, inputs, specs) -> Timing:
     return Timing(tvm_s, tf_s)
 
 
+def time_calls(run_tvm, run_tf, inputs) -> Timing:
+    """Interleaved medians of two Python callables on `inputs` (a whole compiled model and
+    its TF graph: both called from Python, each call's overhead alike)."""
+    calls = [lambda f=f: [np.asarray(t) for t in tf.nest.flatten(f(*inputs))] for f in (run_tvm, run_tf)]
+    for call in calls:
+        for _ in range(WARM_CALLS):  # the first call traces TF's function (3 s for Xception)
+            call()
+    single = min(_seconds(call) for call in calls)
+    repeats = max(1, min(MAX_REPEATS, math.ceil(CALL_SECONDS / max(single, 1e-6))))
+    samples: list[list[float]] = [[], []]
+    for _ in range(ROUNDS):
+        for side, call in enumerate(calls):
+            # Untimed first: the other side's worker threads (TVM's pool, TF's) spin-wait a
+            # while after it returns, and on 2 cores that slows whatever runs next.
+            call()
+            samples[side].append(sum(_seconds(call) for _ in range(repeats)) / repeats)
+    tvm_s, tf_s = (sorted(s)[len(s) // 2] for s in samples)
+    return Timing(tvm_s, tf_s)
+
+
+def _seconds(call) -> float:
+    start = time.perf_counter()
+    call()
+    return time.perf_counter() - start
+
+
+def random_inputs(specs) -> list:
+    """Inputs for timing: `None` dims at MEASURE_DIM; see _random."""
+    shaped = [tf.TensorSpec([MEASURE_DIM if d is None else d for d in s.shape.as_list()], s.dtype) for s in specs]
+    return [_random(spec, seed) for seed, spec in enumerate(shaped)]
+
+
 def _repeated(run, repeats: int, specs):
     """A tf.function that runs `run` `repeats` times, each after the last finished."""
-    import tensorflow as tf
-
     def body(*args):
         outputs: list = []
         for _ in range(repeats):
@@ -106,8 +138,6 @@ def _median(f, inputs, calls: int) -> float:
 
 def _subgraph(step, frozen):
     """The cluster's own nodes as a GraphDef (their inputs from outside fed by input_map)."""
-    import tensorflow as tf
-
     from .rewrite import without_control_inputs
 
     graph_def = tf.compat.v1.GraphDef(node=[without_control_inputs(n) for n in step.nodes])
@@ -116,8 +146,6 @@ def _subgraph(step, frozen):
 
 
 def _run_tf(graph_def, step):
-    import tensorflow as tf
-
     def run(*args):
         return tf.graph_util.import_graph_def(graph_def, input_map=dict(zip(step.inputs, args)),
                                               return_elements=list(step.outputs), name="")  # fmt: skip
@@ -127,9 +155,6 @@ def _run_tf(graph_def, step):
 
 def _random(spec, seed: int):
     """Normal floats; zeros for integers and booleans (a gather index, a mask: always valid)."""
-    import numpy as np
-    import tensorflow as tf
-
     if spec.dtype.is_floating:
         value = np.random.default_rng(seed).standard_normal(spec.shape.as_list())
         return tf.constant(value, dtype=spec.dtype)
@@ -137,8 +162,6 @@ def _random(spec, seed: int):
 
 
 def _key(step, graph_def, specs) -> str:
-    import tensorflow as tf
-
     parts = [str(FORMAT), tf.__version__, str(MEASURE_DIM), graph_def.SerializeToString(deterministic=True).hex(),
              repr([(s.shape.as_list(), s.dtype.name) for s in specs]), repr(list(step.outputs))]  # fmt: skip
     parts += [k.kernel.key for k in step.program.kernels]  # the compiled code itself
