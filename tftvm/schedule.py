@@ -103,16 +103,32 @@ def _schedule_block(sch, block) -> None:
     if _tileable_reduction(sch, stmt, loops, spatial, lanes):
         _tile_reduction(sch, block, loops, spatial, lanes, parallel)
         return
-    fused = sch.fuse(*loops[:spatial]) if spatial > 1 else loops[0]
-    extent = sch.get(fused).extent
-    if spatial == len(loops) and isinstance(extent, tirx.IntImm) and int(extent) % lanes == 0:
-        outer, inner = sch.split(fused, [None, lanes])
+    static = _static_suffix(sch, loops, lanes) if spatial == len(loops) else 0
+    if static:
+        # Vectorize the static inner loops (a None batch's image, not its batch): a split of a
+        # symbolic extent would leave a bounds check in the vector loop, and left to LLVM the
+        # index arithmetic of a padding stage stayed scalar (4x TF on MobileNetV2's).
+        inner_loops = loops[len(loops) - static :]
+        outer, inner = sch.split(sch.fuse(*inner_loops) if static > 1 else inner_loops[0], [None, lanes])
         sch.vectorize(inner)
-        parallel(outer)
+        parallel(sch.fuse(*loops[: len(loops) - static], outer) if static < len(loops) else outer)
     else:
-        # A split of a symbolic extent leaves a bounds check in the vector loop,
-        # which is slower than letting LLVM vectorize each parallel chunk.
-        parallel(fused)
+        parallel(sch.fuse(*loops[:spatial]) if spatial > 1 else loops[0])
+
+
+def _static_suffix(sch, loops, lanes: int) -> int:
+    """How many innermost loops have static extents whose product is a whole number of
+    vectors (0 if none)."""
+    from tvm import tirx
+
+    count, product, best = 0, 1, 0
+    for loop in reversed(loops):
+        extent = sch.get(loop).extent
+        if not isinstance(extent, tirx.IntImm):
+            break
+        count, product = count + 1, product * int(extent)
+        best = count if product % lanes == 0 else best
+    return best
 
 
 def _iterations(sch, loops) -> int:
