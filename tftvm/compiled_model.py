@@ -10,12 +10,11 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
-import os
 import threading
 import time
 from pathlib import Path
 
-from .graph import control_flow, whole
+from .graph import control_flow, measure, whole
 from .graph.optimize import offload
 from .graph.rewrite import register_functions
 from .graph.convert import Unsupported
@@ -58,8 +57,6 @@ class CompiledModel:
         1) and run TF's from now on if it is faster."""
         import tensorflow as tf
 
-        from .graph import measure
-
         specs = [tf.TensorSpec(t.shape, t.dtype) for t in self._frozen.inputs]
         tf_graph = self._tf_function()
         self.timing = measure.time_calls(self._run_vm, tf_graph, measure.random_inputs(specs))
@@ -72,15 +69,11 @@ class CompiledModel:
             self._in_tf = tf_graph
 
     def _tf_function(self):
+        """The frozen graph as a tf.function of the model's flat inputs."""
         import tensorflow as tf
 
         frozen = self._frozen
-        names, outputs = [t.name for t in frozen.inputs], [t.name for t in frozen.outputs]
-
-        def run(*args):
-            return tf.graph_util.import_graph_def(frozen.graph_def, input_map=dict(zip(names, args)),
-                                                  return_elements=outputs, name="")  # fmt: skip
-
+        run = measure.graph_runner(frozen.graph_def, [t.name for t in frozen.inputs], [t.name for t in frozen.outputs])
         specs = [tf.TensorSpec(t.shape, t.dtype) for t in frozen.inputs]
         return tf.function(run, input_signature=specs, autograph=False)
 
@@ -217,7 +210,7 @@ def compile_model(model, input_signature, *, fallback: str = "tf", target=None, 
     log.info("compiled the model (%d ops in TF) in %.2f s", len(fallbacks), time.perf_counter() - start)
     compiled = CompiledModel(frozen, fallbacks, executable, str(target))
     compiled.body_offloaded = sum(b.offloaded for b in control_flow.flatten(bodies))
-    if keep_faster if keep_faster is not None else os.environ.get("TFTVM_KEEP_FASTER", "1") != "0":
+    if measure.enabled(keep_faster):
         compiled.keep_faster()
     return compiled
 
@@ -246,9 +239,7 @@ def load_model(path) -> CompiledModel:
         register(fb)
     compiled = CompiledModel(frozen, fallbacks, tvm.runtime.load_module(str(library)), manifest["target"])
     if manifest.get("timing"):
-        from .graph.measure import Timing
-
-        compiled.timing = Timing(manifest["timing"]["tvm_seconds"], manifest["timing"]["tf_seconds"], cached=True)
+        compiled.timing = measure.Timing(manifest["timing"]["tvm_seconds"], manifest["timing"]["tf_seconds"], cached=True)
         compiled._in_tf = compiled._tf_function() if compiled.timing.tf_faster else None
     return compiled
 

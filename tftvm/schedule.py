@@ -2,8 +2,8 @@
 
 For every block, the leading data-parallel loops are fused and run in parallel
 (unless the block is too small to pay for waking TVM's worker threads, as each step
-of an RNN's loop is); a block that is data-parallel throughout with a static size also gets its
-innermost chunk vectorized explicitly (LLVM vectorizes the others). A reduction
+of an RNN's loop is); a block that is data-parallel throughout gets its static inner loops
+(all of them, or the image of a `None` batch) vectorized explicitly. A reduction
 over a static output axis of a multiple of 4 columns (matmul, conv, pooling) is tiled: each
 parallel task accumulates a register tile of up to 8 rows (as many as divide the rows:
 7 for a 7x7 image) and writes it back once. A step

@@ -16,6 +16,7 @@ import hashlib
 import json
 import logging
 import math
+import os
 import time
 
 import numpy as np
@@ -59,43 +60,62 @@ def compare(step, frozen) -> Timing:
     cached = _read(key)
     if cached is not None:
         return cached
-    run_tf = _run_tf(graph_def, step)
+    run_tf = graph_runner(graph_def, step.inputs, step.outputs)
     timing = time_both(step.program, run_tf, inputs, specs)
     log.info("cluster %d: %s", step.index, timing)
     _write(key, timing)
     return timing
 
 
+def enabled(keep_faster) -> bool:
+    """The `keep_faster` option: as given, else $TFTVM_KEEP_FASTER ("0" turns it off)."""
+    return keep_faster if keep_faster is not None else os.environ.get("TFTVM_KEEP_FASTER", "1") != "0"
+
+
 def time_both(run_tvm, run_tf, inputs, specs) -> Timing:
-    """Interleaved medians of `run_tvm` and `run_tf` (functions of TF tensors) on `inputs`."""
-    once = [_repeated(run, 1, specs) for run in (run_tvm, run_tf)]
-    single = min(_median(f, inputs, 3) for f in once)
-    repeats = max(1, min(MAX_REPEATS, math.ceil(CALL_SECONDS / max(single, 1e-6))))
-    timed = [_repeated(run, repeats, specs) for run in (run_tvm, run_tf)] if repeats > 1 else once
-    samples: list[list[float]] = [[], []]
-    for _ in range(ROUNDS):
-        for side, f in enumerate(timed):
-            samples[side].append(_median(f, inputs, 1) / repeats)
-    tvm_s, tf_s = (sorted(s)[len(s) // 2] for s in samples)
-    return Timing(tvm_s, tf_s)
+    """Interleaved medians of `run_tvm` and `run_tf` (functions of TF tensors) on `inputs`,
+    each traced into a tf.function that repeats it (see _repeated)."""
+    once = [_fetching(_repeated(run, 1, specs), inputs) for run in (run_tvm, run_tf)]
+    repeats = _repeats(_single_run(once))
+    calls = [_fetching(_repeated(run, repeats, specs), inputs) for run in (run_tvm, run_tf)] if repeats > 1 else once
+    return _interleaved(calls, calls_per_sample=1, runs_per_call=repeats)
 
 
 def time_calls(run_tvm, run_tf, inputs) -> Timing:
     """Interleaved medians of two Python callables on `inputs` (a whole compiled model and
     its TF graph: both called from Python, each call's overhead alike)."""
-    calls = [lambda f=f: [np.asarray(t) for t in tf.nest.flatten(f(*inputs))] for f in (run_tvm, run_tf)]
+    calls = [_fetching(f, inputs) for f in (run_tvm, run_tf)]
+    return _interleaved(calls, calls_per_sample=_repeats(_single_run(calls)), runs_per_call=1)
+
+
+def _fetching(f, inputs):
+    """A call of `f` on `inputs` that waits for its outputs' values."""
+    return lambda: [np.asarray(t) for t in tf.nest.flatten(f(*inputs))]
+
+
+def _single_run(calls) -> float:
+    """The faster side's seconds per call, after WARM_CALLS calls of each."""
     for call in calls:
         for _ in range(WARM_CALLS):  # the first call traces TF's function (3 s for Xception)
             call()
-    single = min(_seconds(call) for call in calls)
-    repeats = max(1, min(MAX_REPEATS, math.ceil(CALL_SECONDS / max(single, 1e-6))))
+    return min(_seconds(call) for call in calls)
+
+
+def _repeats(single: float) -> int:
+    """Runs per sample so that a sample lasts about CALL_SECONDS."""
+    return max(1, min(MAX_REPEATS, math.ceil(CALL_SECONDS / max(single, 1e-6))))
+
+
+def _interleaved(calls, calls_per_sample: int, runs_per_call: int) -> Timing:
+    """Medians over ROUNDS of seconds per run of the two `calls` (TVM's, TF's), interleaved."""
     samples: list[list[float]] = [[], []]
     for _ in range(ROUNDS):
         for side, call in enumerate(calls):
             # Untimed first: the other side's worker threads (TVM's pool, TF's) spin-wait a
             # while after it returns, and on 2 cores that slows whatever runs next.
             call()
-            samples[side].append(sum(_seconds(call) for _ in range(repeats)) / repeats)
+            seconds = sum(_seconds(call) for _ in range(calls_per_sample))
+            samples[side].append(seconds / (calls_per_sample * runs_per_call))
     tvm_s, tf_s = (sorted(s)[len(s) // 2] for s in samples)
     return Timing(tvm_s, tf_s)
 
@@ -125,17 +145,6 @@ def _repeated(run, repeats: int, specs):
     return tf.function(body, input_signature=specs, autograph=False)
 
 
-def _median(f, inputs, calls: int) -> float:
-    f(*inputs)  # traced and warm
-    times = []
-    for _ in range(calls):
-        start = time.perf_counter()
-        for t in f(*inputs):
-            t.numpy()
-        times.append(time.perf_counter() - start)
-    return sorted(times)[len(times) // 2]
-
-
 def _subgraph(step, frozen):
     """The cluster's own nodes as a GraphDef (their inputs from outside fed by input_map)."""
     from .rewrite import without_control_inputs
@@ -145,10 +154,13 @@ def _subgraph(step, frozen):
     return graph_def
 
 
-def _run_tf(graph_def, step):
+def graph_runner(graph_def, inputs, outputs):
+    """A function of TF tensors that runs `graph_def` fed at tensor names `inputs`, giving
+    the tensors named `outputs` (a cluster's nodes, or a whole frozen model)."""
+
     def run(*args):
-        return tf.graph_util.import_graph_def(graph_def, input_map=dict(zip(step.inputs, args)),
-                                              return_elements=list(step.outputs), name="")  # fmt: skip
+        return tf.graph_util.import_graph_def(graph_def, input_map=dict(zip(inputs, args)),
+                                              return_elements=list(outputs), name="")  # fmt: skip
 
     return run
 

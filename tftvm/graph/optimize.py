@@ -2,7 +2,6 @@
 from __future__ import annotations
 
 import logging
-import os
 import time
 from collections import defaultdict
 
@@ -80,11 +79,9 @@ def optimize(fn, input_signature=None, *, cache_size: int = 8, min_cluster_size:
     Without `input_signature`, each new input signature compiles a variant (LRU of
     `cache_size`); a second shape of the same pattern compiles a symbolic variant.
     """
-    if keep_faster is None:
-        keep_faster = os.environ.get("TFTVM_KEEP_FASTER", "1") != "0"
     options = dict(min_cluster_size=min_cluster_size, max_clusters=max_clusters, allow=allow, deny=deny,
                    strict=strict, target=target, progress=progress, database=database,
-                   keep_faster=keep_faster)  # fmt: skip
+                   keep_faster=measure.enabled(keep_faster))  # fmt: skip
     if input_signature is None:
         from .adaptive import AdaptiveOptimized
 
