@@ -1,6 +1,7 @@
 """The model zoo: real Keras models through both tftvm paths, checked against TF.
 
-    python benchmarks/zoo.py [--models NAME,NAME] [--size S] [--repeats N] [--markdown FILE]
+    python benchmarks/zoo.py [--models NAME,NAME] [--size S] [--batch B] [--repeats N]
+                             [--tune SECONDS] [--markdown FILE]
 
 One model of every keras.applications family (random weights, the smallest input
 each accepts unless --size), Keras RNN and text models (LSTM, GRU, SimpleRNN with
@@ -8,9 +9,13 @@ states, Bidirectional, Conv1D), a two-input model and a Transformer encoder bloc
 Each is compiled with a `None` batch by `tftvm.optimize` and `tftvm.compile_model`
 and run at batch 1 and 3 against the Keras model itself. Per model and path: the
 share of compute nodes that run in TVM, the largest error relative to the output's
-largest magnitude, the compile time, and the batch-1 latency as a ratio to TF
-(`tf.function(model)`) and to XLA (`jit_compile=True`), all measured in this run
-(medians of N interleaved calls). A model that fails is a row with its error.
+largest magnitude, the compile time, and the latency at batch B (default 1) as a
+ratio to TF (`tf.function(model)`), to XLA (`jit_compile=True`) and to tftvm's
+frozen, constant-folded graph run by TF ("frozen/TF": what freezing alone gains,
+which the safety net's TF side runs), all measured in this run (medians of N
+interleaved calls). `--tune SECONDS` adds a "compile_model tuned" row: the
+compile_model result tuned at batch B for that many seconds (MetaSchedule, a fresh
+database), its static program serving the calls. A model that fails is a row with its error.
 tests/test_zoo.py runs a few of these models small.
 """
 from __future__ import annotations
@@ -163,34 +168,65 @@ def check(model, compiled, make_inputs, batches=(1, 3)) -> float:
     return max(errors)
 
 
-def measure(name: str, build, repeats: int) -> list[dict]:
+def frozen_in_tf(model, signature):
+    """tftvm's frozen graph of `model`, run by TF as a tf.function of the flat inputs."""
+    import tensorflow as tf
+    from tftvm.graph.freeze import freeze
+    from tftvm.graph.measure import graph_runner
+
+    frozen = freeze(model, signature)
+    run = graph_runner(frozen.graph_def, [t.name for t in frozen.inputs], [t.name for t in frozen.outputs])
+    flat = tf.function(run, input_signature=[tf.TensorSpec(t.shape, t.dtype) for t in frozen.inputs], autograph=False)
+    return lambda *inputs: flat(*tf.nest.flatten(list(inputs)))
+
+
+def tuned(compiled, inputs, seconds: float):
+    """`compiled` (a compile_model result) tuned at the shapes of `inputs` for `seconds`."""
+    import tempfile
+
+    import tensorflow as tf
+    import tftvm
+
+    shapes = [tuple(np.shape(x)) for x in tf.nest.flatten(list(inputs))]
+    database = tempfile.mkdtemp(prefix="zoo_tuning_")
+    return tftvm.tune(compiled, trials=100_000, time_budget=seconds, database=database, shapes=[shapes], seed=0)
+
+
+def measure(name: str, build, repeats: int, batch: int = 1, tune_seconds: float = 0) -> list[dict]:
     import tensorflow as tf
     from common import median_ms
 
     model, signature, make_inputs = build()
-    inputs = make_inputs(np.random.default_rng(1), 1)
+    inputs = make_inputs(np.random.default_rng(1), batch)
     reference = tf.function(model)
     xla = tf.function(model, jit_compile=True)
     rows, runs = [], {}
-    for path in ("optimize", "compile_model"):
+    paths = ["optimize", "compile_model"] + (["compile_model tuned"] if tune_seconds else [])
+    for path in paths:
         row = {"model": name, "path": path}
         try:
             start = time.perf_counter()
-            compiled = compile_with(path, model, signature)
-            row["compile s"] = time.perf_counter() - start
+            if path == "compile_model tuned":
+                compiled = tuned(runs["compile_model"], inputs, tune_seconds)
+                row["tune s"] = time.perf_counter() - start
+            else:
+                compiled = compile_with(path, model, signature)
+                row["compile s"] = time.perf_counter() - start
             summary = compiled.summary()
             row["in TVM %"] = 100 * summary.fraction
-            row["rel error"] = check(model, compiled, make_inputs)
+            row["rel error"] = check(model, compiled, make_inputs, batches=sorted({1, 3, batch}))
             runs[path] = compiled
         except Exception as err:  # a failing model is a row of the table, not the end of the run
             row["error"] = f"{type(err).__name__}: {str(err).splitlines()[0][:80]}"
         rows.append(row)
-    try:
-        xla(*inputs)
-    except Exception:  # XLA cannot compile every model (e.g. some RNNs): no XLA column then
-        xla = None
-    times = {way: [] for way in ["TF", "XLA", *runs] if way != "XLA" or xla is not None}
-    calls = {"TF": reference, "XLA": xla, **runs}
+    for way, fn in (("XLA", xla), ("frozen", frozen_in_tf(model, signature))):
+        try:
+            fn(*inputs)
+            runs[way] = fn
+        except Exception:  # XLA cannot compile every model (e.g. some RNNs): no XLA column then
+            pass
+    times = {way: [] for way in ["TF", *runs]}
+    calls = {"TF": reference, **runs}
     for _ in range(3):  # interleaved rounds, the median of the round medians
         for way in times:
             times[way].append(median_ms(calls[way], *inputs, repeats=max(1, repeats // 3)))
@@ -199,14 +235,16 @@ def measure(name: str, build, repeats: int) -> list[dict]:
         if row["path"] in times:
             row["ms"] = float(np.median(times[row["path"]]))
             row["/TF"] = row["ms"] / tf_ms
-        if "XLA" in times:
-            row["XLA/TF"] = float(np.median(times["XLA"])) / tf_ms
+        for way in ("XLA", "frozen"):
+            if way in times:
+                row[f"{way}/TF"] = float(np.median(times[way])) / tf_ms
         row["TF ms"] = tf_ms
     return rows
 
 
 COLUMNS = [("model", ""), ("path", ""), ("in TVM %", ".1f"), ("rel error", ".1e"), ("compile s", ".1f"),
-           ("TF ms", ".2f"), ("ms", ".2f"), ("/TF", ".2f"), ("XLA/TF", ".2f"), ("error", "")]  # fmt: skip
+           ("tune s", ".0f"), ("TF ms", ".2f"), ("ms", ".2f"), ("/TF", ".2f"), ("frozen/TF", ".2f"),
+           ("XLA/TF", ".2f"), ("error", "")]  # fmt: skip
 
 
 def main() -> None:
@@ -215,16 +253,20 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--models", help="comma-separated names (default: all)")
     parser.add_argument("--size", type=int, help="input side for the keras.applications models")
+    parser.add_argument("--batch", type=int, default=1, help="batch of the timed calls (default 1)")
     parser.add_argument("--repeats", type=int, default=30)
+    parser.add_argument("--tune", type=float, default=0, metavar="SECONDS",
+                        help="also tune each compile_model result for SECONDS at the timed batch")
     parser.add_argument("--markdown", help="also write the table as Markdown to this file")
     args = parser.parse_args()
     zoo = models(args.size)
     names = args.models.split(",") if args.models else list(zoo)
-    print(machine(), f"batch 1 latency, None batch, {args.repeats} calls per median", flush=True)
+    print(machine(), f"batch {args.batch} latency, None batch, {args.repeats} calls per median", flush=True)
     rows = []
     for name in names:
-        rows += measure(name, zoo[name], args.repeats)
-        print_table(rows[-2:], COLUMNS)
+        new = measure(name, zoo[name], args.repeats, args.batch, args.tune)
+        rows += new
+        print_table(new, COLUMNS)
     print()
     print_table(rows, COLUMNS)
     if args.markdown:

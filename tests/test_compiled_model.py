@@ -233,3 +233,59 @@ def test_kernels_keep_noalias_with_a_none_batch(rng):
     assert re.search(r"^define internal fastcc i32 @\w*conv2d\w*_compute_\(.*ptr noalias", source, re.M)
     x = rng.standard_normal((2, 12, 12, 8)).astype(np.float32)
     np.testing.assert_allclose(np.asarray(compiled(x)), fn(x).numpy(), rtol=1e-4, atol=1e-4)
+
+
+def test_specialized_shapes_run_their_own_static_program(mixed_model, rng):
+    exe = tftvm.compile_model(mixed_model, [tf.TensorSpec([None, 8])], specialize=[(4, 8), [(2, 8)]])
+    assert sorted(exe.statics) == [((2, 8),), ((4, 8),)]
+    for batch in (4, 3, 2, 4):
+        x = rng.standard_normal((batch, 8)).astype(np.float32)
+        np.testing.assert_allclose(exe(x), mixed_model(x), rtol=1e-5, atol=1e-5)
+    assert [exe.statics[((b, 8),)].calls for b in (4, 2)] == [2, 1] and exe.calls == 4
+    assert "static program for input shapes [(4, 8)]" in exe.report()
+
+
+def test_static_programs_export_and_a_tampered_one_is_refused(mixed_model, tmp_path, rng):
+    exe = tftvm.compile_model(mixed_model, [tf.TensorSpec([None, 8])], specialize=[(3, 8)])
+    path = exe.export(tmp_path / "model")
+    x = rng.standard_normal((3, 8)).astype(np.float32)
+    loaded = tftvm.load_model(path)
+    np.testing.assert_allclose(loaded(x), mixed_model(x), rtol=1e-5, atol=1e-5)
+    assert loaded.statics[((3, 8),)].calls == 1
+    with open(path / "model_static0.so", "ab") as f:
+        f.write(b"\0")
+    with pytest.raises(ValueError, match="model_static0.so does not match the SHA-256"):
+        tftvm.load_model(path)
+
+
+def test_bad_specialize_is_a_clear_error(mixed_model):
+    sig = [tf.TensorSpec([None, 8])]
+    with pytest.raises(ValueError, match=r"specialize: shape \(2, 9\) does not fit input 0, which has shape \(None, 8\)"):
+        tftvm.compile_model(mixed_model, sig, specialize=[(2, 9)])
+    with pytest.raises(ValueError, match="specialize: each item must give one shape .* per model input"):
+        tftvm.compile_model(mixed_model, sig, specialize=[(2, None)])
+    a, b = keras.Input((4,)), keras.Input((4,))
+    shared = keras.Model([a, b], a * b)  # one batch dim for both inputs
+    with pytest.raises(ValueError, match="dim 0 of input 1 is 3, but the model shares it with dim 0 of input 0"):
+        tftvm.compile_model(shared, [[tf.TensorSpec([None, 4]), tf.TensorSpec([None, 4])]], specialize=[[(2, 4), (3, 4)]])
+    with pytest.raises(ValueError, match="specialize: each item must give one shape"):
+        tftvm.compile_model(shared, [[tf.TensorSpec([None, 4]), tf.TensorSpec([None, 4])]], specialize=[(2, 4)])
+
+
+def test_a_conv_takes_its_batch_norm_and_relu_into_one_kernel(rng):
+    """The converter binds Identity-like nodes as one variable to another; FuseOps cannot
+    look through such bindings, and every conv, BN scale and ReLU ran as its own kernel."""
+    import re
+
+    keras.utils.set_random_seed(0)
+    inp = keras.Input((10, 10, 4))
+    h = keras.layers.BatchNormalization()(keras.layers.Conv2D(8, 3)(inp))
+    model = keras.Model(inp, keras.layers.ReLU()(h))
+    compiled = tftvm.compile_model(model, [tf.TensorSpec([None, 10, 10, 4])])
+    library = compiled._executable.mod
+    source = "".join(m.inspect_source("ll") for m in [library, *library.imports] if m.kind == "llvm")
+    kernels = set(re.findall(r"^define internal .*?@(\w+)_compute_\(", source, re.M))
+    assert [k for k in kernels if "conv2d" in k and "relu" in k], kernels
+    assert not {"relu", "multiply"} & kernels, kernels
+    x = rng.standard_normal((2, 10, 10, 4)).astype(np.float32)
+    np.testing.assert_allclose(np.asarray(compiled(x)), model(x).numpy(), rtol=1e-5, atol=1e-5)

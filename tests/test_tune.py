@@ -187,3 +187,42 @@ def test_bad_schedule_arguments_are_clear_errors():
 
     with pytest.raises(ValueError, match="schedule function broken failed on 'bad_schedule'"):
         tftvm.op(*matmul(), name="bad_schedule", schedule=broken)
+
+
+def test_compiled_model_is_tuned_at_concrete_shapes(tmp_path, rng):
+    """A None-batch model tuned at batch 1: a static program with tuned kernels serves
+    batch 1, the general program every other batch, and a later compile_model finds the
+    records again."""
+    import keras
+    import tensorflow as tf
+
+    keras.utils.set_random_seed(0)
+    inp = keras.Input((6, 6, 3))
+    h = keras.layers.Conv2D(4, 3, activation="relu")(inp)
+    model = keras.Model(inp, keras.layers.Dense(5)(keras.layers.Flatten()(h)))
+    signature = [tf.TensorSpec([None, 6, 6, 3])]
+    compiled = tftvm.compile_model(model, signature)
+    assert not compiled.statics and compiled.tuned_kernels == 0
+    tuned = tftvm.tune(compiled, trials=2, database=tmp_path / "db", seed=0)
+    (program,) = tuned.statics.values()
+    assert program.shapes == ((1, 6, 6, 3),) and program.tuned == program.kernels > 0
+    for batch in (1, 3, 1):
+        x = rng.standard_normal((batch, 6, 6, 3)).astype(np.float32)
+        np.testing.assert_allclose(tuned(x).numpy(), model(x).numpy(), rtol=1e-5, atol=1e-5)
+    assert program.calls == 2 and tuned.calls == 3
+    assert f"{program.kernels} kernels, {program.kernels} tuned; ran 2 of the calls" in tuned.report()
+    # The records serve later builds: a static signature's general program, or specialize=.
+    static = tftvm.compile_model(model, [tf.TensorSpec([1, 6, 6, 3])], database=tmp_path / "db")
+    assert static.tuned_kernels == program.kernels and not static.statics
+    again = tftvm.compile_model(model, signature, database=tmp_path / "db", specialize=[(1, 6, 6, 3), (2, 6, 6, 3)])
+    assert [p.tuned for p in again.statics.values()] == [program.kernels, 0]
+    with pytest.raises(TypeError, match="shapes= is for tftvm.compile_model results"):
+        tftvm.tune(tftvm.op(*matmul(8), name="shapes_mm"), trials=1, database=tmp_path, shapes=[(8, 8)])
+    with pytest.raises(ValueError, match=r"shapes: shape \(1, 5, 6, 3\) does not fit input 0"):
+        tftvm.tune(compiled, trials=1, database=tmp_path, shapes=[(1, 5, 6, 3)])
+    loaded = tftvm.load_model(tuned.export(tmp_path / "export"))
+    x = rng.standard_normal((1, 6, 6, 3)).astype(np.float32)
+    np.testing.assert_allclose(loaded(x).numpy(), model(x).numpy(), rtol=1e-5, atol=1e-5)
+    assert loaded.statics[((1, 6, 6, 3),)].calls == 1
+    with pytest.raises(TypeError, match="loaded from an export, which keeps no TVM IR"):
+        tftvm.tune(loaded, trials=1, database=tmp_path)

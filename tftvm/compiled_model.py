@@ -7,9 +7,11 @@ into TF, zero copy both ways (DLPack).
 """
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import json
 import logging
+import numbers
 import threading
 import time
 from pathlib import Path
@@ -29,10 +31,23 @@ LIBRARY, GRAPH, MANIFEST = "model.so", "graph.pb", "tftvm_model.json"
 NOALIAS_LAST = "zz_tftvm_noalias_last"  # see _fused_and_scheduled
 
 
+@dataclasses.dataclass
+class StaticProgram:
+    """The model compiled for one set of concrete input shapes (`specialize=`): static
+    kernels get the default schedule's static tiles, and tuned schedules where the
+    database has records for them (which it only can for static shapes)."""
+
+    shapes: tuple  # one tuple of ints per flat input
+    executable: object
+    kernels: int
+    tuned: int
+    calls: int = 0
+
+
 class CompiledModel:
     """Call it with NumPy arrays or TF tensors; `report()` says what ran in TF and for how long."""
 
-    def __init__(self, frozen, fallbacks, executable, target: str):
+    def __init__(self, frozen, fallbacks, executable, target: str, statics=()):
         import tvm
         from tvm import relax
 
@@ -41,6 +56,11 @@ class CompiledModel:
         self.target = target
         self._executable = executable
         self._vm = relax.VirtualMachine(executable, tvm.cpu())
+        # Calls whose input shapes are exactly a static program's run it instead of the general one.
+        self.statics = {p.shapes: p for p in statics}
+        self._static_vms = {p.shapes: relax.VirtualMachine(p.executable, tvm.cpu()) for p in statics}
+        self._relax = self.tvm_target = None  # the TVM IR and target, where compiled here (to rebuild)
+        self.tuned_kernels = 0  # kernels of the general program with a tuned schedule
         self._lock = threading.Lock()  # one VM: its registers and memory plan are not per thread
         self._structure = frozen.structured_outputs
         self._ops = {n.name: n.op for n in frozen.graph_def.node}
@@ -52,14 +72,18 @@ class CompiledModel:
         self.timing = None  # measure.Timing of the whole model where the safety net measured it
         self._in_tf = None  # the frozen graph as a tf.function, where TF ran it faster
 
+    @property
+    def input_specs(self) -> list:
+        """A TensorSpec per flat input, as the model was compiled for them."""
+        import tensorflow as tf
+
+        return [tf.TensorSpec(t.shape, t.dtype) for t in self._frozen.inputs]
+
     def keep_faster(self) -> None:
         """The safety net: time the model's VM against its frozen graph in TF (`None` dims at
         1) and run TF's from now on if it is faster."""
-        import tensorflow as tf
-
-        specs = [tf.TensorSpec(t.shape, t.dtype) for t in self._frozen.inputs]
         tf_graph = self._tf_function()
-        self.timing = measure.time_calls(self._run_vm, tf_graph, measure.random_inputs(specs))
+        self.timing = measure.time_calls(self._run_vm, tf_graph, measure.random_inputs(self.input_specs))
         log.info("whole model: %s", self.timing)
         self.calls, self.seconds = 0, 0.0  # the report counts the user's calls, not these
         for fb in self.fallbacks:
@@ -74,8 +98,7 @@ class CompiledModel:
 
         frozen = self._frozen
         run = measure.graph_runner(frozen.graph_def, [t.name for t in frozen.inputs], [t.name for t in frozen.outputs])
-        specs = [tf.TensorSpec(t.shape, t.dtype) for t in frozen.inputs]
-        return tf.function(run, input_signature=specs, autograph=False)
+        return tf.function(run, input_signature=self.input_specs, autograph=False)
 
     def __call__(self, *inputs):
         """The model on `inputs`, structured as the signature is (a list of two for a
@@ -92,10 +115,12 @@ class CompiledModel:
     def _run_vm(self, *checked):
         """The outputs (TF tensors, flat) of the VM on checked TF tensors."""
         args = [_to_tvm(x) for x in checked]
+        shapes = tuple(tuple(x.shape.as_list()) for x in checked)
+        vm = self._static_vms.get(shapes, self._vm)
         with self._lock:
             start = time.perf_counter()
             try:
-                result = self._vm["main"](*args)
+                result = vm["main"](*args)
             except Exception as err:
                 if "match_cast error" not in str(err):
                     raise
@@ -105,6 +130,8 @@ class CompiledModel:
                                  f"shares between inputs (their batch, say) differs. TVM: {err}") from None
             self.seconds += time.perf_counter() - start
             self.calls += 1
+            if shapes in self.statics:
+                self.statics[shapes].calls += 1
         return [_to_tf(r) for r in (list(result) if len(self._frozen.outputs) > 1 else [result])]
 
     def export(self, path) -> Path:
@@ -118,7 +145,7 @@ class CompiledModel:
         (path / GRAPH).write_bytes(self._frozen.graph_def.SerializeToString())
         manifest = {
             "format": FORMAT,
-            "library_sha256": hashlib.sha256((path / LIBRARY).read_bytes()).hexdigest(),
+            "library_sha256": _sha256(path / LIBRARY),
             "inputs": [t.name for t in self._frozen.inputs],
             "outputs": [t.name for t in self._frozen.outputs],
             "structure": tf.nest.map_structure(lambda _: 0, self._structure),
@@ -128,7 +155,14 @@ class CompiledModel:
             # The safety net's verdict travels with the model: TF's graph is in the export.
             "timing": None if self.timing is None else {"tvm_seconds": self.timing.tvm_seconds,
                                                         "tf_seconds": self.timing.tf_seconds},
+            "tuned_kernels": self.tuned_kernels,
+            "static": [],
         }
+        for i, program in enumerate(self.statics.values()):
+            library = f"model_static{i}.so"
+            program.executable.export_library(str(path / library))
+            manifest["static"].append({"shapes": program.shapes, "library": library, "kernels": program.kernels,
+                                       "tuned": program.tuned, "library_sha256": _sha256(path / library)})  # fmt: skip
         (path / MANIFEST).write_text(json.dumps(manifest, indent=1))
         return path
 
@@ -151,6 +185,11 @@ class CompiledModel:
         lines = [f"compute nodes: {summary.compute_nodes}, in TVM: {summary.offloaded} "
                  f"({100 * summary.fraction:.1f}%), in TF: {len(summary.in_tf)}; "
                  f"{self.calls} calls, {1e3 * self.seconds:.2f} ms in all"]  # fmt: skip
+        if self.tuned_kernels:
+            lines.append(f"tuned kernels: {self.tuned_kernels}")
+        for program in self.statics.values():
+            lines.append(f"static program for input shapes {list(program.shapes)}: {program.kernels} kernels, "
+                         f"{program.tuned} tuned; ran {program.calls} of the calls")  # fmt: skip
         if self.timing is not None:
             where = "TF, which is faster" if self._in_tf is not None else "TVM"
             lines.append(f"whole model measured (None dims at 1): {self.timing}; runs in {where}")
@@ -160,6 +199,42 @@ class CompiledModel:
             lines.append(f"in TF: {fb.op} ({where}): {fb.reason}; ran {fb.calls} times, "
                          f"{1e3 * fb.seconds:.2f} ms, {share:.1f}% of the time")  # fmt: skip
         return "\n".join(lines)
+
+    def rebuilt(self, *, database=None, specialize=None) -> CompiledModel:
+        """The model compiled again from its TVM IR: each kernel with a record in `database`
+        (default $TFTVM_TUNING_DB) gets its tuned schedule, and `specialize` (as in
+        `compile_model`) adds static programs to the ones it has. The general program of a
+        model with `None` dims is kept as it is: its kernels are symbolic, and records are
+        for static shapes."""
+        self._need_ir("rebuilt")
+        specialize = [*self.statics, *(specialize or ())]
+        symbolic = not all(t.shape.is_fully_defined() for t in self._frozen.inputs)
+        keep = (self._executable, self.tuned_kernels) if symbolic else None
+        rebuilt = _compiled(self._frozen, self.fallbacks, self._relax, self.tvm_target, database=database,
+                            specialize=specialize, main=keep)  # fmt: skip
+        rebuilt.body_offloaded = self.body_offloaded
+        if self.timing is not None:  # the safety net was on: tuned kernels may change its verdict
+            rebuilt.keep_faster()
+        return rebuilt
+
+    def static_kernels(self, shapes) -> list:
+        """(name, PrimFunc) of each fused kernel with static shapes, of the model compiled for
+        each of `shapes` (as `specialize` takes them): what `tftvm.tune` tunes."""
+        from tvm import tirx
+
+        from .graph.lower import fuse
+
+        self._need_ir("tuned")
+        kernels = []
+        for item in shapes:
+            mod = fuse(_bound(self._relax, _input_shapes(item, self._frozen.inputs, "shapes")))
+            kernels += [(gv.name_hint, f) for gv, f in mod.functions.items() if isinstance(f, tirx.PrimFunc)]
+        return kernels
+
+    def _need_ir(self, what: str) -> None:
+        if self._relax is None:
+            raise TypeError(f"this model was loaded from an export, which keeps no TVM IR, so it cannot be {what}: "
+                            "compile_model it again")  # fmt: skip
 
 
 def _checked(index: int, value, spec):
@@ -176,7 +251,7 @@ def _checked(index: int, value, spec):
 
 
 def compile_model(model, input_signature, *, fallback: str = "tf", target=None, deny=None,
-                  keep_faster=None) -> CompiledModel:  # fmt: skip
+                  keep_faster=None, database=None, specialize=None) -> CompiledModel:  # fmt: skip
     """Compile a whole TF model (Keras model, tf.function, callable) into one Relax VM program.
 
     `input_signature`: TensorSpecs, nested as the model takes its inputs (e.g. `[[s1, s2]]`
@@ -187,9 +262,13 @@ def compile_model(model, input_signature, *, fallback: str = "tf", target=None, 
     `target`: a TVM target dict (default: this CPU).
     `keep_faster` (default True, $TFTVM_KEEP_FASTER=0 for False): time the compiled model
     against its frozen graph in TF and run TF's where it is faster (`report()` says so).
+    `database`: a MetaSchedule database (default $TFTVM_TUNING_DB); kernels with a record
+    there get the tuned schedule (`tftvm.tune(compiled, ...)` writes them).
+    `specialize`: input shapes to compile a static program for, besides the general one:
+    a list whose items each give one shape per flat input (for a one-input model, just
+    its shape), e.g. `[(1, 224, 224, 3)]`; calls with exactly those shapes run it. Static
+    kernels are faster than symbolic ones, and only they can be tuned.
     """
-    import tvm
-
     from .kernel import resolve_target
 
     if fallback not in ("tf", "error"):
@@ -204,11 +283,7 @@ def compile_model(model, input_signature, *, fallback: str = "tf", target=None, 
             raise Unsupported("fallback='error', and these ops have no TVM conversion: "
                               + "; ".join(f"{fb.op} ({fb.node}): {fb.reason}" for fb in needed))  # fmt: skip
     mod, fallbacks = whole.to_relax(frozen, _register_tf_runner(frozen), deny)
-    target = resolve_target(target)
-    start = time.perf_counter()
-    executable = tvm.compile(_fused_and_scheduled(mod), target=target)
-    log.info("compiled the model (%d ops in TF) in %.2f s", len(fallbacks), time.perf_counter() - start)
-    compiled = CompiledModel(frozen, fallbacks, executable, str(target))
+    compiled = _compiled(frozen, fallbacks, mod, resolve_target(target), database=database, specialize=specialize)
     compiled.body_offloaded = sum(b.offloaded for b in control_flow.flatten(bodies))
     if measure.enabled(keep_faster):
         compiled.keep_faster()
@@ -225,7 +300,7 @@ def load_model(path) -> CompiledModel:
     if manifest.get("format") != FORMAT:
         raise ValueError(f"{path / MANIFEST} has format {manifest.get('format')}, expected {FORMAT}")
     library = path / LIBRARY
-    if hashlib.sha256(library.read_bytes()).hexdigest() != manifest["library_sha256"]:
+    if _sha256(library) != manifest["library_sha256"]:
         raise ValueError(f"{library} does not match the SHA-256 in its manifest; refusing to load it")
     graph_def = tf.compat.v1.GraphDef.FromString((path / GRAPH).read_bytes())
     graph = tf.Graph()
@@ -237,26 +312,101 @@ def load_model(path) -> CompiledModel:
     register = _register_tf_runner(frozen)
     for fb in fallbacks:
         register(fb)
-    compiled = CompiledModel(frozen, fallbacks, tvm.runtime.load_module(str(library)), manifest["target"])
+    statics = []
+    for entry in manifest.get("static", []):
+        library = path / entry["library"]
+        if _sha256(library) != entry["library_sha256"]:
+            raise ValueError(f"{library} does not match the SHA-256 in its manifest; refusing to load it")
+        shapes = tuple(tuple(s) for s in entry["shapes"])
+        statics.append(StaticProgram(shapes, tvm.runtime.load_module(str(library)), entry["kernels"], entry["tuned"]))
+    compiled = CompiledModel(frozen, fallbacks, tvm.runtime.load_module(str(path / LIBRARY)), manifest["target"], statics)
+    compiled.tuned_kernels = manifest.get("tuned_kernels", 0)
     if manifest.get("timing"):
         compiled.timing = measure.Timing(manifest["timing"]["tvm_seconds"], manifest["timing"]["tf_seconds"], cached=True)
         compiled._in_tf = compiled._tf_function() if compiled.timing.tf_faster else None
     return compiled
 
 
-def _fused_and_scheduled(mod):
-    """Relax's fusion, then tftvm's default CPU schedule for every fused kernel."""
+def _compiled(frozen, fallbacks, mod, target, *, database, specialize, main=None) -> CompiledModel:
+    """The CompiledModel of Relax module `mod`: its general program (`main`: an executable
+    and its tuned-kernel count, to reuse one) and a static program per `specialize` item."""
+    shapes = list(dict.fromkeys(_input_shapes(item, frozen.inputs, "specialize") for item in specialize or ()))
+    if all(t.shape.is_fully_defined() for t in frozen.inputs):
+        shapes = []  # the general program is already the static one
+    if main is None:
+        executable, _, tuned = _build(mod, target, database, "the model")
+    else:
+        executable, tuned = main
+    statics = [StaticProgram(s, *_build(_bound(mod, s), target, database, f"input shapes {list(s)}")) for s in shapes]
+    compiled = CompiledModel(frozen, fallbacks, executable, str(target), statics)
+    compiled._relax, compiled.tvm_target, compiled.tuned_kernels = mod, target, tuned
+    return compiled
+
+
+def _build(mod, target, database, what: str) -> tuple:
+    """(executable, kernels, tuned kernels) of Relax module `mod`."""
+    import tvm
+
+    start = time.perf_counter()
+    scheduled, kernels, tuned = _fused_and_scheduled(mod, target, database)
+    executable = tvm.compile(scheduled, target=target)
+    log.info("compiled %s (%d kernels, %d tuned) in %.2f s", what, kernels, tuned, time.perf_counter() - start)
+    return executable, kernels, tuned
+
+
+def _input_shapes(item, inputs, argument: str) -> tuple:
+    """`item` (one shape per flat input, or a one-input model's shape) checked against `inputs`."""
+    items = [item] if len(inputs) == 1 and _is_shape(item) else item
+    if not isinstance(items, (list, tuple)) or len(items) != len(inputs) or not all(_is_shape(s) for s in items):
+        raise ValueError(f"{argument}: each item must give one shape (a tuple of ints >= 0) per model input "
+                         f"({len(inputs)}), got {item!r}")  # fmt: skip
+    for i, (shape, t) in enumerate(zip(items, inputs)):
+        if not t.shape.is_compatible_with(shape):
+            raise ValueError(f"{argument}: shape {tuple(shape)} does not fit input {i}, which has shape {t.shape}")
+    return tuple(tuple(int(d) for d in s) for s in items)
+
+
+def _is_shape(s) -> bool:
+    return isinstance(s, (list, tuple)) and all(
+        isinstance(d, numbers.Integral) and not isinstance(d, bool) and d >= 0 for d in s)
+
+
+def _bound(mod, shapes: tuple):
+    """`mod` with the symbolic dims of its inputs bound to `shapes`."""
+    from tvm import relax, tirx
+
+    binding = {}
+    for i, (param, shape) in enumerate(zip(mod["main"].params, shapes)):
+        for d, (dim, value) in enumerate(zip(param.ty.shape.values, shape)):
+            if not isinstance(dim, tirx.Var):
+                continue
+            if binding.setdefault(dim.name, (value, i, d))[0] != value:
+                _, j, e = binding[dim.name]
+                raise ValueError(f"specialize: dim {d} of input {i} is {value}, but the model shares it with dim {e} "
+                                 f"of input {j}, which is {binding[dim.name][0]}")  # fmt: skip
+    return relax.transform.BindSymbolicVars({name: v for name, (v, _, _) in binding.items()})(mod)
+
+
+def _fused_and_scheduled(mod, target, database=None) -> tuple:
+    """(module, kernels, tuned kernels): Relax's fusion, then for every fused kernel its tuned
+    schedule where `database` has a record, else tftvm's default CPU schedule."""
     import tvm
     from tvm import tirx
 
     from .graph.lower import fuse
+    from .records import tuned_schedules
     from .schedule import default_cpu_schedule
+    from .tune import symbolic_reason
 
     mod = fuse(mod)
     kernels = {gv: f for gv, f in mod.functions.items() if isinstance(f, tirx.PrimFunc)}
-    scheduled = default_cpu_schedule(tvm.IRModule({gv.name_hint: f for gv, f in kernels.items()}))
+    static = {gv: f for gv, f in kernels.items() if symbolic_reason(f) is None}
+    tuned = {gv: sch.mod["main"].with_attr("global_symbol", gv.name_hint)
+             for gv, sch in tuned_schedules(static, target, database).items()}  # fmt: skip
+    rest = [gv for gv in kernels if gv not in tuned]
+    scheduled = default_cpu_schedule(tvm.IRModule({gv.name_hint: kernels[gv] for gv in rest})) if rest else {}
     for gv in kernels:
-        mod.update_func(gv, scheduled[gv.name_hint])
+        mod.update_func(gv, tuned[gv] if gv in tuned else scheduled[gv.name_hint])
     # TVM 0.27's LLVM codegen declares every function before it emits any, and emits them all
     # with the no-alias setting of the last one declared (by symbol). With a None dim that is
     # the VM's shape function, which has none: every kernel lost `noalias` (ResNet50 at 224,
@@ -264,7 +414,11 @@ def _fused_and_scheduled(mod):
     # sorts last.
     last = tirx.PrimFunc([], tirx.Evaluate(tirx.IntImm("int32", 0)))
     mod[NOALIAS_LAST] = last.with_attrs({"global_symbol": NOALIAS_LAST, "tirx.noalias": True})
-    return mod
+    return mod, len(kernels), len(tuned)
+
+
+def _sha256(path: Path) -> str:
+    return hashlib.sha256(path.read_bytes()).hexdigest()
 
 
 def _register_tf_runner(frozen):

@@ -39,16 +39,23 @@ def workload(func):
 
 def tuned_schedule(func, target, database):
     """The best recorded schedule for `func` in `database`, or None (no directory, no record)."""
+    return tuned_schedules({0: func}, target, database).get(0)
+
+
+def tuned_schedules(funcs: dict, target, database) -> dict:
+    """key -> the best recorded schedule, for each of `funcs` (key -> PrimFunc) with a record
+    in `database` (the files are read once)."""
     path = database_dir(database)
-    if path is None or not all((path / f).exists() for f in DATABASE_FILES):
-        return None
+    if path is None or not funcs or not all((path / f).exists() for f in DATABASE_FILES):
+        return {}
     from tvm.s_tir import meta_schedule as ms
 
     try:
         db = ms.database.JSONDatabase(work_dir=str(path), allow_missing=False)
-        return db.query_schedule(workload(func), target, workload_name="main")
+        found = {key: db.query_schedule(workload(func), target, workload_name="main") for key, func in funcs.items()}
     except Exception as err:  # TVM reports a broken JSON file with its own error types
         raise ValueError(f"tuning database {path} cannot be read: {err}") from err
+    return {key: sch for key, sch in found.items() if sch is not None}
 
 
 def drop_wrong_records(funcs: dict, target, path: Path, seed: int = 0) -> int:

@@ -6,7 +6,8 @@ same for every kernel of a `tftvm.optimize` result at once (MetaSchedule's task
 scheduler shares the trials among them) and returns the model rebuilt. Later
 `tftvm.op(..., database=DIR)` / `tftvm.optimize(..., database=DIR)` calls (or any
 call with TFTVM_TUNING_DB set) find the records and compile the tuned schedules
-instead of the default one; the kernel cache keys on the chosen schedule, so a
+instead of the default one; `tune(compiled, ...)` tunes a `tftvm.compile_model`
+result's kernels at concrete input shapes and returns it with static programs for them; the kernel cache keys on the chosen schedule, so a
 tuned kernel never hides behind an untuned cache entry.
 """
 from __future__ import annotations
@@ -48,12 +49,15 @@ class TuneProgress:
 
 
 def tune(target_obj, *, trials: int = 64, database=None, seed: int | None = None,
-         time_budget: float | None = None, progress=None):  # fmt: skip
+         time_budget: float | None = None, progress=None, shapes=None):  # fmt: skip
     """Tune with MetaSchedule; return the same thing rebuilt with the tuned schedules.
 
-    `target_obj`: a tftvm op, a list of tftvm ops, or a `tftvm.optimize` result
-    (every kernel of it; kernels with symbolic dims are skipped with a log line:
-    optimize with a static input_signature to tune them). `trials`: measured
+    `target_obj`: a tftvm op, a list of tftvm ops, a `tftvm.optimize` result (every
+    kernel of it; kernels with symbolic dims are skipped with a log line: optimize with
+    a static input_signature to tune them), or a `tftvm.compile_model` result: its
+    kernels are tuned at concrete input `shapes` (as `compile_model(specialize=...)`
+    takes them; default: each `None` dim 1) and it comes back with a static program for
+    each, tuned (calls with other shapes run the general program, untuned). `trials`: measured
     candidates in all, shared among the kernels. `database`: a directory (created),
     default $TFTVM_TUNING_DB; records already there are kept and the best of all is
     used. `time_budget`: seconds after which the search stops (checked after each
@@ -62,31 +66,41 @@ def tune(target_obj, *, trials: int = 64, database=None, seed: int | None = None
     best records are checked against the default schedule on random inputs and
     wrong ones removed (see tftvm.records).
     """
+    from .compiled_model import CompiledModel
     from .graph.optimize import Optimized
     from .op import TvmOp
 
+    if shapes is not None and not isinstance(target_obj, CompiledModel):
+        raise TypeError("shapes= is for tftvm.compile_model results; an op or an optimize result is tuned "
+                        "at the shapes it was built for")  # fmt: skip
     if trials < 1:
         raise ValueError(f"trials must be >= 1, got {trials}")
     if time_budget is not None and time_budget <= 0:
         raise ValueError(f"time_budget must be > 0 seconds, got {time_budget}")
-    if isinstance(target_obj, Optimized):
+    if isinstance(target_obj, CompiledModel):
+        shapes = _default_shapes(target_obj) if shapes is None else shapes
+        kernels = [(name, func, None) for name, func in target_obj.static_kernels(shapes)]
+        compile_target = target_obj.tvm_target
+        rebuild = lambda database: target_obj.rebuilt(database=database, specialize=shapes)  # noqa: E731
+    elif isinstance(target_obj, Optimized):
         ops, rebuild = target_obj.kernels(), target_obj.rebuilt
     elif isinstance(target_obj, TvmOp):
         ops, rebuild = [target_obj], target_obj.rebuilt
     elif isinstance(target_obj, (list, tuple)) and target_obj and all(isinstance(o, TvmOp) for o in target_obj):
         ops, rebuild = list(target_obj), lambda **kw: [o.rebuilt(**kw) for o in target_obj]
     else:
-        raise TypeError("tftvm.tune takes an op made by tftvm.op, a list of them, or a tftvm.optimize "
-                        f"result; got {type(target_obj).__name__}")  # fmt: skip
+        raise TypeError("tftvm.tune takes an op made by tftvm.op, a list of them, a tftvm.optimize or a "
+                        f"tftvm.compile_model result; got {type(target_obj).__name__}")  # fmt: skip
+    if not isinstance(target_obj, CompiledModel):
+        kernels, compile_target = _op_kernels(ops, single=isinstance(target_obj, TvmOp)), _target_of(ops)
     path = database_dir(database)
     if path is None:
         raise ValueError(f"tftvm.tune needs database= (a directory) or ${DATABASE_ENV}")
-    tasks, own_schedules = _tasks(ops, single=isinstance(target_obj, TvmOp))
+    tasks, own_schedules = _tasks(kernels)
     if not tasks:
         log.warning("nothing to tune: every kernel has symbolic dims")
         return target_obj
     path.mkdir(parents=True, exist_ok=True)
-    compile_target = _target_of(ops)
     _run_search(tasks, own_schedules, compile_target, path, trials, seed, time_budget, progress)
     dropped = drop_wrong_records(tasks, compile_target, path)
     if dropped:
@@ -94,29 +108,44 @@ def tune(target_obj, *, trials: int = 64, database=None, seed: int | None = None
     return rebuild(database=path)
 
 
-def _tasks(ops, single: bool) -> tuple[dict, dict]:
-    """Task name -> PrimFunc workload, one per distinct function (kernels repeat in models),
-    and task name -> the op's own schedule function, where it has one."""
-    import tvm_ffi
-
-    tasks, own_schedules = {}, {}
+def _op_kernels(ops, single: bool) -> list[tuple]:
+    """(name, PrimFunc, own schedule function or None) of each op."""
+    kernels = []
     for op in ops:
         if op.prim_func is None:
             raise TypeError(f"tftvm op '{op.name}' was loaded from a library: it has no TVM IR to tune")
         why = symbolic_reason(op.prim_func)
+        if why is not None and single:
+            raise ValueError(f"tftvm op '{op.name}' cannot be tuned: {why}; MetaSchedule measures "
+                             "concrete shapes (build the op with static dims to tune it)")  # fmt: skip
+        schedule = op.compile_options.get("schedule")
+        kernels.append((op.name, op.prim_func, schedule if callable(schedule) else None))
+    return kernels
+
+
+def _default_shapes(compiled) -> list:
+    """One set of input shapes: each `None` dim 1 (what the safety net measures)."""
+    return [[tuple(1 if d is None else d for d in spec.shape.as_list()) for spec in compiled.input_specs]]
+
+
+def _tasks(kernels) -> tuple[dict, dict]:
+    """Task name -> PrimFunc workload, one per distinct static function (kernels repeat in
+    models), and task name -> the kernel's own schedule function, where it has one."""
+    import tvm_ffi
+
+    tasks, own_schedules = {}, {}
+    for kernel_name, prim_func, own_schedule in kernels:
+        why = symbolic_reason(prim_func)
         if why is not None:
-            if single:
-                raise ValueError(f"tftvm op '{op.name}' cannot be tuned: {why}; MetaSchedule measures "
-                                 "concrete shapes (build the op with static dims to tune it)")  # fmt: skip
-            log.info("not tuning '%s': %s", op.name, why)
+            log.info("not tuning '%s': %s", kernel_name, why)
             continue
-        func = workload(op.prim_func)["main"]
+        func = workload(prim_func)["main"]
         if any(tvm_ffi.structural_equal(func, other) for other in tasks.values()):
             continue
-        name = f"t{len(tasks):03d}_" + re.sub(r"\W", "_", op.name)
+        name = f"t{len(tasks):03d}_" + re.sub(r"\W", "_", kernel_name)
         tasks[name] = func
-        if callable(op.compile_options.get("schedule")):
-            own_schedules[name] = op.compile_options["schedule"]
+        if own_schedule is not None:
+            own_schedules[name] = own_schedule
     return tasks, own_schedules
 
 

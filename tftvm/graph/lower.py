@@ -19,6 +19,9 @@ def fuse(mod):
     from tvm import relax
 
     passes = [
+        # Bindings of one variable to another (a converted Identity, say) are nodes FuseOps
+        # cannot look through: with them no conv took its bias, BN and ReLU.
+        relax.transform.CanonicalizeBindings(),
         relax.transform.LegalizeOps(),
         relax.transform.AnnotateTIROpPattern(),
         relax.transform.FoldConstant(),
