@@ -435,7 +435,9 @@ def to_relax(nodes, inputs, outputs, constants=None):
         with bb.dataflow():
             for node in nodes:
                 if node.op == "Const":
-                    env[node.name + ":0"] = relax.const(constants[node.name + ":0"])
+                    value = constants[node.name + ":0"]
+                    # relax.const makes float64 arrays float32 unless told the dtype.
+                    env[node.name + ":0"] = relax.const(value, value.dtype.name)
                     continue
                 if node.op not in CONVERTERS:
                     raise Unsupported(f"no converter for TF op {node.op}", node.name)

@@ -128,7 +128,7 @@ def _segment(ctx, node, data, ids):
     if kind in ("Max", "Min"):  # TF gives 0, not the identity, for an empty sorted segment
         return relax.op.where(relax.const(counts > 0), out, relax.const(0, dtype))
     if kind == "Mean":  # an empty segment's sum is 0: divide it by 1; ints truncate, as in TF
-        return relax.op.divide(out, relax.const(np.maximum(counts, 1).astype(dtype)))
+        return relax.op.divide(out, relax.const(np.maximum(counts, 1).astype(dtype), dtype))
     return out
 
 

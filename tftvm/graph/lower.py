@@ -18,11 +18,15 @@ def fuse(mod):
     import tvm
     from tvm import relax
 
+    from . import fast_math, pack_weights
+
     passes = [
         # Bindings of one variable to another (a converted Identity, say) are nodes FuseOps
         # cannot look through: with them no conv took its bias, BN and ReLU.
         relax.transform.CanonicalizeBindings(),
-        relax.transform.LegalizeOps(),
+        # Where TVM's own legalization is slow on CPU: conv weights packed, vector transcendentals.
+        relax.transform.LegalizeOps(customize_legalize_map={**pack_weights.legalize_map(),
+                                                            **fast_math.legalize_map()}),
         relax.transform.AnnotateTIROpPattern(),
         relax.transform.FoldConstant(),
         relax.transform.FuseOps(),

@@ -161,7 +161,7 @@ def _convert_nodes(bb, ctx, frozen, env, run_in_tf, deny) -> list[Fallback]:
             value = tf.make_ndarray(node.attr["value"].tensor)
             ctx.constants[node.name + ":0"] = value
             if value.dtype.name in SUPPORTED_DTYPES:
-                env[node.name + ":0"] = relax.const(value)
+                env[node.name + ":0"] = relax.const(value, value.dtype.name)  # float64 stays float64
             continue
         reason = reason_unsupported(node, frozen.graph)  # the same test optimize marks nodes with
         if reason is None and node.op in deny:

@@ -1,0 +1,70 @@
+"""Conv2D with constant weights runs over weights packed by column tile: same numbers as TF."""
+import numpy as np
+import pytest
+import tensorflow as tf
+import tftvm
+import tvm
+from tftvm.graph.lower import fuse
+from tvm import relax, tirx
+
+
+def conv_module(weights: np.ndarray, *, constant: bool = True, groups: int = 1):
+    """A Relax main: NHWC conv2d of a None-batch input with `weights` (HWIO), then ReLU."""
+    kh, kw, ci, co = weights.shape
+    bb = relax.BlockBuilder()
+    x = relax.Var("x", relax.TensorType((tirx.Var("n", "int64"), 8, 8, ci * groups), str(weights.dtype)))
+    w = relax.const(weights) if constant else relax.Var("w", relax.TensorType(weights.shape, str(weights.dtype)))
+    with bb.function("main", [x] if constant else [x, w]):
+        with bb.dataflow():
+            y = bb.emit(relax.op.nn.conv2d(x, w, padding=1, groups=groups, data_layout="NHWC", kernel_layout="HWIO"))
+            out = bb.emit_output(relax.op.nn.relu(y))
+        bb.emit_func_output(out)
+    return bb.get()
+
+
+def weight_shapes(mod) -> list[tuple]:
+    """The shapes of the buffers the fused kernels take that have no symbolic dim: the weights."""
+    shapes = [tuple(p.ty.shape) for f in mod.functions.values() if isinstance(f, tirx.PrimFunc)
+              for p in f.params if isinstance(p.ty, tirx.BufferType)]  # fmt: skip
+    return [tuple(int(d) for d in s) for s in shapes if all(isinstance(d, tirx.IntImm) for d in s)]
+
+
+@pytest.mark.parametrize("co, width", [(64, 32), (88, 8), (12, 4)])
+def test_constant_weights_are_packed_by_the_schedules_tile_width(co, width, rng):
+    weights = rng.standard_normal((3, 3, 16, co)).astype(np.float32)
+    assert weight_shapes(fuse(conv_module(weights))) == [(co // width, 3, 3, 16, width)]
+
+
+@pytest.mark.parametrize("why, module", [
+    ("weights computed at run time", lambda w: conv_module(w, constant=False)),
+    ("grouped conv", lambda w: conv_module(w[:, :, :8], groups=2)),
+    ("no tile width divides 6 columns", lambda w: conv_module(w[..., :6])),
+])  # fmt: skip
+def test_other_convs_keep_tvms_layout(why, module, rng):
+    weights = rng.standard_normal((3, 3, 16, 16)).astype(np.float32)
+    shapes = weight_shapes(fuse(module(weights)))
+    assert shapes and all(len(s) == 4 for s in shapes), why
+
+
+@pytest.mark.parametrize("side, kernel, strides, dilations, padding, co, dtype", [
+    (9, 3, 1, 1, "SAME", 64, np.float32),     # 2 vectors per tile
+    (8, 3, 2, 1, "SAME", 32, np.float32),     # stride 2, SAME pads 0 on top and 1 below
+    (9, 3, 1, 2, "VALID", 88, np.float32),    # dilated, 88 columns: 8-wide tiles
+    (4, 3, 1, 1, "SAME", 96, np.float32),     # more columns than pixels: column blocks walked first
+    (7, 1, 1, 1, "VALID", 12, np.float32),    # 4-wide tiles
+    (6, 3, 1, 1, "SAME", 6, np.float32),      # not packed
+    (6, 3, 1, 1, "SAME", 24, np.float64),     # 8 lanes of doubles
+])  # fmt: skip
+def test_packed_convs_match_tf(side, kernel, strides, dilations, padding, co, dtype, rng):
+    w = tf.constant(rng.standard_normal((kernel, kernel, 20, co)).astype(dtype))
+    b = tf.constant(rng.standard_normal(co).astype(dtype))
+
+    def model(x):
+        return tf.nn.relu(tf.nn.conv2d(x, w, strides, padding, dilations=dilations) + b)
+
+    optimized = tftvm.optimize(model, [tf.TensorSpec([None, side, side, 20], dtype)], min_cluster_size=1)
+    assert optimized.summary().fraction == 1.0
+    for batch in (1, 3):
+        x = rng.standard_normal((batch, side, side, 20)).astype(dtype)
+        tol = 1e-4 if dtype == np.float32 else 1e-10
+        np.testing.assert_allclose(optimized(x).numpy(), model(x).numpy(), rtol=tol, atol=tol)

@@ -1,0 +1,81 @@
+"""Conv2D with constant weights, legalized over weights packed by output-column tile.
+
+TVM's own legalization reads NHWC/HWIO weights in place: each register tile of the
+default schedule (schedule.py) takes a 32-column slice of every HWIO row, 128 bytes
+at a 2 KB stride for 512 channels, and the rest of each row waits for other tiles.
+When the weights are cold (a model's are: ResNet50's do not fit in cache) that stride
+costs more than the arithmetic. Packed as [C_out / width, KH, KW, C_in, width] with the
+schedule's tile width, each tile streams its weights contiguously. The packing is a
+constant expression, so Relax's FoldConstant does it once, at compile time.
+"""
+from __future__ import annotations
+
+
+def legalize_map() -> dict:
+    """For LegalizeOps' customize_legalize_map."""
+    return {"relax.nn.conv2d": _conv2d}
+
+
+def _conv2d(bb, call):
+    import tvm
+
+    default = tvm.ir.Op.get("relax.nn.conv2d").get_attr("FLegalize")
+    width = _packable(call)
+    if width is None:
+        return default(bb, call)
+    attrs = call.attrs
+    packed = bb.emit_te(_pack, call.args[1], width, primfunc_name_hint="pack_weights")
+    out_dtype = call.ty.dtype  # the attribute's out_dtype, or the data's where that is unset
+    return bb.call_te(_conv2d_packed, call.args[0], packed, [int(s) for s in attrs.strides],
+                      [int(p) for p in attrs.padding], [int(d) for d in attrs.dilation], str(out_dtype),
+                      primfunc_name_hint="conv2d")  # fmt: skip
+
+
+def _packable(call) -> int | None:
+    """The tile width to pack `call`'s weights by, or None where TVM's legalization stays.
+    (A matmul's weights are not packed: the schedule pads a None batch's rows to whole
+    tiles with pad_einsum, which refuses the packed index j // width, j % width.)"""
+    import tvm
+    from tvm import tirx
+
+    from ..schedule import VECTOR_BYTES, tile_width
+
+    attrs, weights = call.attrs, call.args[1]
+    if not isinstance(weights, tvm.ir.expr.Constant):
+        return None  # weights computed at run time: packing them would be a pass per call
+    if (attrs.data_layout, attrs.kernel_layout, attrs.out_layout) != ("NHWC", "HWIO", "NHWC") or int(attrs.groups) != 1:
+        return None
+    shape = weights.ty.shape
+    if shape is None or not all(isinstance(d, tirx.IntImm) for d in shape):
+        return None
+    bits = tvm.DataType(str(call.ty.dtype)).bits
+    return tile_width(int(shape[3]), max(1, VECTOR_BYTES * 8 // bits))
+
+
+def _pack(weights, width: int):
+    from tvm import te
+
+    kh, kw, ci, co = weights.shape
+    return te.compute((co // width, kh, kw, ci, width), lambda o, y, x, c, i: weights[y, x, c, o * width + i],
+                      name="packed_weights")  # fmt: skip
+
+
+def _conv2d_packed(data, packed, strides, padding, dilation, out_dtype: str):
+    """NHWC conv2d of `data` with weights packed as [C_out / width, KH, KW, C_in, width]."""
+    from tvm import te, topi
+
+    n, h, w, ci = data.shape
+    blocks, kh, kw, _, width = packed.shape
+    (sh, sw), (dh, dw) = strides, dilation
+    top, left, bottom, right = padding
+    padded = topi.nn.pad(data, [0, top, left, 0], [0, bottom, right, 0], name="pad_temp")
+    out_h = (h + top + bottom - (kh - 1) * dh - 1) // sh + 1
+    out_w = (w + left + right - (kw - 1) * dw - 1) // sw + 1
+    ry, rx, rc = te.reduce_axis((0, kh), "ry"), te.reduce_axis((0, kw), "rx"), te.reduce_axis((0, ci), "rc")
+    return te.compute(
+        (n, out_h, out_w, blocks * width),
+        lambda b, y, x, c: te.sum(
+            padded[b, y * sh + ry * dh, x * sw + rx * dw, rc].astype(out_dtype)
+            * packed[c // width, ry, rx, rc, c % width].astype(out_dtype), axis=[ry, rx, rc]),
+        name="conv2d_nhwc")  # fmt: skip
+
