@@ -98,7 +98,7 @@ def _schedule_block(sch, block) -> None:
         spatial += 1
     if spatial == 0:
         return
-    lanes = max(1, VECTOR_BYTES // max(1, _dtype_bytes(stmt)))
+    lanes = vector_lanes(_write_dtype(stmt))
     parallel = sch.parallel if _iterations(sch, loops) >= PARALLEL_MIN_ITERATIONS else lambda loop: None
     if _tileable_reduction(sch, stmt, loops, spatial, lanes):
         _tile_reduction(sch, block, loops, spatial, lanes, parallel)
@@ -274,9 +274,14 @@ def _tile_height(rows: int) -> int:
     return TILE_ROWS
 
 
-def _dtype_bytes(stmt) -> int:
+def vector_lanes(dtype: str) -> int:
+    """Elements of `dtype` in one vector register: the schedule's tile widths, and the width
+    pack_weights packs conv weights by (the two must agree)."""
     import tvm_ffi
 
+    return max(1, VECTOR_BYTES // max(1, tvm_ffi.dtype(dtype).bits // 8))
+
+
+def _write_dtype(stmt) -> str:
     writes = list(stmt.writes)
-    bits = tvm_ffi.dtype(str(writes[0].source.dtype)).bits if writes else 32
-    return max(1, bits // 8)
+    return str(writes[0].source.dtype) if writes else "float32"

@@ -6,9 +6,10 @@ same for every kernel of a `tftvm.optimize` result at once (MetaSchedule's task
 scheduler shares the trials among them) and returns the model rebuilt. Later
 `tftvm.op(..., database=DIR)` / `tftvm.optimize(..., database=DIR)` calls (or any
 call with TFTVM_TUNING_DB set) find the records and compile the tuned schedules
-instead of the default one; `tune(compiled, ...)` tunes a `tftvm.compile_model`
-result's kernels at concrete input shapes and returns it with static programs for them; the kernel cache keys on the chosen schedule, so a
-tuned kernel never hides behind an untuned cache entry.
+instead of the default one; the kernel cache keys on the chosen schedule, so a
+tuned kernel never hides behind an untuned cache entry. `tune(compiled, ...)` tunes a
+`tftvm.compile_model` result's kernels at concrete input shapes and returns it with a
+static program for each.
 """
 from __future__ import annotations
 

@@ -38,7 +38,7 @@ def _packable(call) -> int | None:
     import tvm
     from tvm import tirx
 
-    from ..schedule import VECTOR_BYTES, tile_width
+    from ..schedule import tile_width, vector_lanes
 
     attrs, weights = call.attrs, call.args[1]
     if not isinstance(weights, tvm.ir.expr.Constant):
@@ -48,8 +48,7 @@ def _packable(call) -> int | None:
     shape = weights.ty.shape
     if shape is None or not all(isinstance(d, tirx.IntImm) for d in shape):
         return None
-    bits = tvm.DataType(str(call.ty.dtype)).bits
-    return tile_width(int(shape[3]), max(1, VECTOR_BYTES * 8 // bits))
+    return tile_width(int(shape[3]), vector_lanes(str(call.ty.dtype)))
 
 
 def _pack(weights, width: int):
