@@ -97,7 +97,7 @@ def test_compile_model_runs_tf_where_tf_is_faster_and_the_export_keeps_it(rng, m
     monkeypatch.setattr(measure, "time_calls", lambda *args: measure.Timing(3e-3, 1e-3))
     fn = tf.function(model(rng, units=36))
     compiled = tftvm.compile_model(fn, SPEC, keep_faster=True)
-    x = rng.standard_normal((4, 32)).astype(np.float32)
+    x = rng.standard_normal((1, 32)).astype(np.float32)  # the shape measured: None dims at 1
     np.testing.assert_allclose(np.asarray(compiled(x)), fn(x).numpy(), rtol=1e-5)
     assert compiled.calls == 0  # the VM never ran
     assert compiled.summary().offloaded == 0
@@ -124,3 +124,43 @@ def test_compile_model_timing_is_real(rng):
     assert compiled.calls == 0  # the measuring runs are not counted as calls
     x = rng.standard_normal((3, 32)).astype(np.float32)
     np.testing.assert_allclose(np.asarray(compiled(x)), fn(x).numpy(), rtol=1e-4, atol=1e-4)
+
+
+def slowed(f, seconds=0.02):
+    import time
+
+    def run(*args):
+        time.sleep(seconds)
+        return f(*args)
+
+    return run
+
+
+@pytest.mark.parametrize("slow_side", ["TF", "TVM"])
+def test_compile_model_times_new_input_shapes_on_their_first_calls(slow_side, rng, monkeypatch, tmp_path):
+    """TVM wins at batch 1 (compile time); at batch 4 the first calls run both sides in turn,
+    then the faster one runs every call, and the export keeps that verdict."""
+    monkeypatch.setattr(measure, "time_calls", lambda *args: measure.Timing(1e-3, 3e-3))
+    fn = tf.function(model(rng, units=20))
+    compiled = tftvm.compile_model(fn, SPEC, keep_faster=True)
+    if slow_side == "TF":
+        compiled._tf_graph = slowed(compiled._tf_function())
+    else:
+        monkeypatch.setattr(compiled, "_run_vm", slowed(compiled._run_vm))
+    x = rng.standard_normal((4, 32)).astype(np.float32)
+    vm_runs = []
+    for _ in range(2 * 2 * tftvm.compiled_model.TRIAL_SAMPLES + 3):
+        np.testing.assert_allclose(np.asarray(compiled(x)), fn(x).numpy(), rtol=1e-4, atol=1e-4)
+        vm_runs.append(compiled.calls)
+    trial = 2 * 2 * tftvm.compiled_model.TRIAL_SAMPLES
+    assert vm_runs[:4] == [1, 2, 2, 2]  # TVM, TVM, TF, TF, ...
+    assert vm_runs[trial - 1] == trial // 2
+    verdict = compiled.timings[((4, 32),)]
+    assert verdict.tf_faster == (slow_side == "TVM")
+    # After the trial every call runs the faster side.
+    assert vm_runs[-1] - vm_runs[trial - 1] == (0 if slow_side == "TVM" else 3)
+    assert "input shapes [(4, 32)]" in compiled.report()
+    loaded = tftvm.load_model(compiled.export(tmp_path / "m"))
+    assert loaded.timings[((4, 32),)].tf_faster == verdict.tf_faster
+    loaded(x)
+    assert loaded.calls == (0 if slow_side == "TVM" else 1)

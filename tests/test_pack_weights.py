@@ -52,6 +52,7 @@ def test_other_convs_keep_tvms_layout(why, module, rng):
     (9, 3, 1, 2, "VALID", 88, np.float32),    # dilated, 88 columns: 8-wide tiles
     (4, 3, 1, 1, "SAME", 96, np.float32),     # more columns than pixels: column blocks walked first
     (7, 1, 1, 1, "VALID", 12, np.float32),    # 4-wide tiles
+    (19, 3, 1, 1, "SAME", 56, np.float32),    # 8-wide tiles of 19 rows
     (6, 3, 1, 1, "SAME", 6, np.float32),      # not packed
     (6, 3, 1, 1, "SAME", 24, np.float64),     # 8 lanes of doubles
 ])  # fmt: skip

@@ -25,6 +25,8 @@ def scheduled_script(A, B, C) -> str:
     (14, 7, 48, True),     # 7-row tiles
     ("m", 33, 16, True),   # symbolic rows padded to whole tiles, one vector of columns
     (16, 12, 40, True),    # 40 columns, no multiple of a vector: half-vector tiles (Xception's 728)
+    (19, 96, 40, True),    # ... one tile of 19 rows (half-vector tiles take up to 28)
+    ("m", 80, 40, True),   # ... symbolic rows padded to 8-row tiles
     (5, 6, 7, False),      # columns not a vector multiple: parallel loop only
 ])  # fmt: skip
 def test_matmul_matches_numpy(m, k, n, tiled, rng):
@@ -35,6 +37,12 @@ def test_matmul_matches_numpy(m, k, n, tiled, rng):
         a = rng.standard_normal((rows, k)).astype(np.float32)
         b = rng.standard_normal((k, n)).astype(np.float32)
         np.testing.assert_allclose(op(a, b).numpy(), a @ b, rtol=1e-4, atol=1e-4)
+
+
+def test_half_vector_tiles_take_the_rows_of_an_image_row_in_one_tile():
+    """19 rows, 40 columns (8 per tile): one tile of 19 rows, no bounds-checked tile (T.where)."""
+    script = scheduled_script(*matmul(19, 96, 40))
+    assert "T.unroll(19)" in script and "T.where" not in script
 
 
 def test_tiled_conv_and_pool_match_tf(rng):
@@ -105,3 +113,28 @@ def test_a_none_batch_padding_stage_is_vectorized_over_its_static_image(rng):
     for batch in (1, 3):
         xv = rng.standard_normal((batch, 6, 6, 16)).astype(np.float32)
         np.testing.assert_array_equal(op(xv).numpy(), np.pad(xv, [(0, 0), (1, 1), (1, 1), (0, 0)]))
+
+
+@pytest.mark.parametrize("side", [19, 38])
+def test_depthwise_conv_of_half_vector_channels_matches_tf(side, rng):
+    """24 channels (no multiple of a vector) and 19-pixel image rows: one tile of 19 rows,
+    not 8 + 8 + 3 with a bounds check; the padding stage vectorized 8 wide within a pixel."""
+    w = tf.constant(rng.standard_normal((3, 3, 24, 1)).astype(np.float32))
+
+    def model(x):
+        return tf.nn.relu(tf.nn.depthwise_conv2d(x, w, [1, 1, 1, 1], "SAME"))
+
+    optimized = tftvm.optimize(model, [tf.TensorSpec([None, side, side, 24])], min_cluster_size=1)
+    assert optimized.summary().fraction == 1.0
+    for batch in (1, 2):
+        x = rng.standard_normal((batch, side, side, 24)).astype(np.float32)
+        np.testing.assert_allclose(optimized(x).numpy(), model(x).numpy(), rtol=1e-4, atol=1e-4)
+
+
+def test_a_padding_stage_of_24_channels_is_vectorized_within_each_pixel():
+    x = te.placeholder((1, 19, 19, 24), name="x")
+    pad = te.compute((1, 21, 21, 24), lambda b, h, w, c: te.if_then_else(
+        te.all(h >= 1, h < 20, w >= 1, w < 20), x[b, h - 1, w - 1, c], 0.0), name="pad")  # fmt: skip
+    script = default_cpu_schedule(tvm.IRModule({"pad": te.create_prim_func([x, pad])})).script()
+    # 16 lanes would straddle two pixels (24 % 16 != 0), and the pad's condition differs per lane.
+    assert "T.vectorized(8)" in script and "T.vectorized(16)" not in script

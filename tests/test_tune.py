@@ -111,6 +111,19 @@ def test_time_budget_stops_after_the_first_round(tmp_path):
     assert isinstance(tuned, list) and len(tuned) == 2
 
 
+def test_time_budget_is_spent_on_the_heaviest_kernel_first(tmp_path, monkeypatch):
+    import importlib
+
+    tune_module = importlib.import_module("tftvm.tune")  # the module; tftvm.tune is the function
+    # One kernel per group (4 candidates per check, 4 per kernel): the budget runs out after the first group.
+    monkeypatch.setattr(tune_module, "CANDIDATES_PER_CHECK", 4)
+    ops = [tftvm.op(*matmul(n), name=f"heavy_{n}") for n in (8, 32, 16)]
+    seen = []
+    tftvm.tune(ops, trials=24, database=tmp_path, seed=0, time_budget=1e-3, progress=seen.append)
+    assert [p.trials_done for p in seen] == [4]
+    assert list(seen[0].best_ms) == ["t001_heavy_32"] and seen[0].tasks == 3
+
+
 def normalized_matmul():
     """(A / rowsum(A)) @ V: a reduction feeding another, where TVM 0.27 can go wrong."""
     A = te.placeholder((4, 8), name="A")

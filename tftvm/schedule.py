@@ -103,32 +103,41 @@ def _schedule_block(sch, block) -> None:
     if _tileable_reduction(sch, stmt, loops, spatial, lanes):
         _tile_reduction(sch, block, loops, spatial, lanes, parallel)
         return
-    static = _static_suffix(sch, loops, lanes) if spatial == len(loops) else 0
+    static, width = _static_suffix(sch, loops, lanes) if spatial == len(loops) else (0, 0)
     if static:
         # Vectorize the static inner loops (a None batch's image, not its batch): a split of a
         # symbolic extent would leave a bounds check in the vector loop, and left to LLVM the
         # index arithmetic of a padding stage stayed scalar (4x TF on MobileNetV2's).
         inner_loops = loops[len(loops) - static :]
-        outer, inner = sch.split(sch.fuse(*inner_loops) if static > 1 else inner_loops[0], [None, lanes])
+        outer, inner = sch.split(sch.fuse(*inner_loops) if static > 1 else inner_loops[0], [None, width])
         sch.vectorize(inner)
         parallel(sch.fuse(*loops[: len(loops) - static], outer) if static < len(loops) else outer)
     else:
         parallel(sch.fuse(*loops[:spatial]) if spatial > 1 else loops[0])
 
 
-def _static_suffix(sch, loops, lanes: int) -> int:
+def _static_suffix(sch, loops, lanes: int) -> tuple[int, int]:
     """How many innermost loops have static extents whose product is a whole number of
-    vectors (0 if none)."""
+    vectors, and the vector width: the widest of a vector, a half or a quarter that divides
+    the innermost extent (so that no vector straddles two pixels of a pad of 728 channels, whose
+    condition then differs lane by lane), else a whole vector (a pad of 3 channels: 224 x 3
+    of them). (0, 0) if none."""
     from tvm import tirx
 
-    count, product, best = 0, 1, 0
+    extents = []
     for loop in reversed(loops):
         extent = sch.get(loop).extent
         if not isinstance(extent, tirx.IntImm):
             break
-        count, product = count + 1, product * int(extent)
-        best = count if product % lanes == 0 else best
-    return best
+        extents.append(int(extent))
+    if not extents:
+        return 0, 0
+    width = next((w for w in (lanes, lanes // 2, lanes // 4) if w >= 4 and extents[0] % w == 0), lanes)
+    product, best = 1, 0
+    for count, extent in enumerate(extents, 1):
+        product *= extent
+        best = count if product % width == 0 else best
+    return (best, width) if best else (0, 0)
 
 
 def _iterations(sch, loops) -> int:
@@ -149,6 +158,7 @@ def _iterations(sch, loops) -> int:
 
 
 TILE_ROWS = 8  # a register tile of up to 8 rows (_tile_height) x 2 vectors of accumulators (tile_width)
+ACCUMULATOR_REGISTERS = 28  # of AVX-512's 32 vector registers; the rest hold a weight vector and inputs
 
 
 def _tileable_reduction(sch, stmt, loops, spatial, lanes) -> bool:
@@ -165,7 +175,8 @@ def _tileable_reduction(sch, stmt, loops, spatial, lanes) -> bool:
 
 def tile_width(cols: int, lanes: int) -> int | None:
     """Columns per register tile: two vectors, one, or a half or quarter vector where the
-    column count is no multiple of a vector (Xception's 728 channels, NASNet's 88)."""
+    column count is no multiple of a vector (Xception's 728 channels, NASNet's 88). (Tiles of
+    7 half vectors for 728 columns, 4 rows tall, were 1.0-3.2x slower than 8 columns x 28 rows.)"""
     for width in (2 * lanes, lanes, lanes // 2, lanes // 4):
         if width >= 4 and cols % width == 0:
             return width
@@ -178,7 +189,11 @@ def _tile_reduction(sch, block, loops, spatial, lanes, parallel) -> None:
     from tvm import tirx
 
     rows = sch.get(loops[spatial - 2]).extent
-    height = min(int(rows), _tile_height(int(rows))) if isinstance(rows, tirx.IntImm) else TILE_ROWS
+    width = tile_width(int(sch.get(loops[spatial - 1]).extent), lanes)
+    if isinstance(rows, tirx.IntImm):
+        height = min(int(rows), _tile_height(int(rows), _most_rows(width, lanes)))
+    else:  # padded to whole tiles: a batch of 1 pays for a tile's rows
+        height = TILE_ROWS
     copies = [] if isinstance(rows, tirx.IntImm) else _pad_rows(sch, block, spatial, len(loops))
     if copies is None:  # a symbolic row count that cannot be padded: tiles of one row
         height = 1
@@ -186,7 +201,7 @@ def _tile_reduction(sch, block, loops, spatial, lanes, parallel) -> None:
     batch, rows_loop, cols_loop, reductions = loops[: spatial - 2], *loops[spatial - 2 : spatial], loops[spatial:]
     columns_first = isinstance(rows, tirx.IntImm) and (
         int(sch.get(cols_loop).extent) > _static_rows(sch, [*batch, rows_loop]))
-    jo, ji = sch.split(cols_loop, [None, tile_width(int(sch.get(cols_loop).extent), lanes)])
+    jo, ji = sch.split(cols_loop, [None, width])
     if height > 1:
         # A static row count that no height divides (a 19x19 image) gets its last tile cut
         # short: a bounds check in every step, which halves the speed. Fusing a conv's h and w
@@ -265,13 +280,22 @@ def _pad_rows(sch, block, spatial, num_loops) -> list | None:
     return [sch.get(b).name_hint for b in sch.get_child_blocks(root) if sch.get(b).name_hint not in before]
 
 
-def _tile_height(rows: int) -> int:
-    """Rows per register tile: 8, or the largest of 7..4 that divides the row count (a 7x7 or
-    14x14 image), else 8 (the last tile cut short)."""
-    for height in (8, 7, 6, 5, 4):
+def _most_rows(width: int, lanes: int) -> int:
+    """The most rows a register tile of `width` columns takes: TILE_ROWS for tiles of whole
+    vectors (measured best on ResNet50); a tile narrower than a vector (728 or 88 channels)
+    fills the registers with rows instead: a depthwise conv over a 19-pixel image row then
+    runs as one tile of 19 rows, not as 8 + 8 + 3 with a bounds check in every step."""
+    return TILE_ROWS if width >= lanes else ACCUMULATOR_REGISTERS
+
+
+def _tile_height(rows: int, most: int = TILE_ROWS) -> int:
+    """Rows per register tile: `most` (see _most_rows), or the largest from there
+    down to 4 that divides the row count (a 7x7 or 14x14 image), else `most` (the last tile
+    cut short)."""
+    for height in range(most, 3, -1):
         if rows % height == 0:
             return height
-    return TILE_ROWS
+    return most
 
 
 def vector_lanes(dtype: str) -> int:
