@@ -44,3 +44,41 @@ def test_error_is_no_larger_than_tfs(name, rng):
     assert ours.max() <= max(2 * tfs.max(), 4e-7), (name, ours.max(), tfs.max())
     np.testing.assert_array_equal(np.isnan(got), np.isnan(want))
     np.testing.assert_allclose(got[~exact & ~np.isnan(want)], theirs[~exact & ~np.isnan(want)], atol=1e-37)
+
+
+def softmax64(x, log: bool):
+    with np.errstate(invalid="ignore", over="ignore"):
+        shifted = x - x.max(axis=-1, keepdims=True)
+        total = np.exp(shifted).sum(axis=-1, keepdims=True)
+        return shifted - np.log(total) if log else np.exp(shifted) / total
+
+
+@pytest.mark.parametrize("log", [False, True])
+def test_softmax_rows_with_masks_nans_and_overflow_match_the_truth(log, rng):
+    """softmax / log_softmax with fast exp (an attention's P = softmax(QK^T)): -inf masks give
+    exactly 0 (log: -inf), a row of -inf or with a NaN gives NaNs, 1e4 no overflow."""
+    rows = rng.standard_normal((60, 77)).astype(np.float32) * 8
+    rows[1, 40:] = -np.inf
+    rows[2, :] = -np.inf
+    rows[3, 5] = np.nan
+    rows[4, :3] = 1e4
+    rows[5, :] = -1e4
+    tf_op = tf.nn.log_softmax if log else tf.nn.softmax
+    optimized = tftvm.optimize(tf_op, [tf.TensorSpec([None, 77], tf.float32)], min_cluster_size=1)
+    assert optimized.summary().fraction == 1.0
+    assert "T.exp(" not in kernel_script_of(optimized)
+    got, want = optimized(rows).numpy(), softmax64(rows.astype(np.float64), log)
+    # A row with a NaN is NaN throughout, as in NumPy (TF's softmax gives NaN there and 0 elsewhere).
+    np.testing.assert_array_equal(np.isnan(got), np.isnan(want))
+    assert np.isnan(got[2]).all() and np.isnan(got[3]).all()
+    np.testing.assert_array_equal(got[1, 40:], -np.inf if log else 0.0)
+    # Error within twice TF's (an exp's error grows with |x - max|, as TF's does): relative for
+    # probabilities, absolute for log-probabilities (near 0 for a row's dominant entry).
+    exact = np.isfinite(want) & (np.abs(want) > np.finfo(np.float32).tiny)
+    scale = np.ones_like(want[exact]) if log else np.abs(want[exact])
+    ours, tfs = (np.abs(v[exact] - want[exact]) / scale for v in (got, tf_op(rows).numpy()))
+    assert ours.max() <= max(2 * tfs.max(), 1e-6), (ours.max(), tfs.max())
+
+
+def kernel_script_of(optimized) -> str:
+    return "\n".join(k.prim_func.script() for k in optimized.kernels())

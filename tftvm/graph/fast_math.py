@@ -1,4 +1,5 @@
-"""exp, sigmoid and tanh of float32 legalized with TVM's vectorizable approximations.
+"""exp, sigmoid, tanh, softmax and log_softmax of float32 legalized with TVM's vectorizable
+approximations.
 
 TVM's default legalization calls the C library per element (LLVM has no vector
 exp here): on 1.2M floats (EfficientNetB0's first swish) sigmoid took 3.4 ms, tanh
@@ -6,8 +7,9 @@ exp here): on 1.2M floats (EfficientNetB0's first swish) sigmoid took 3.4 ms, ta
 polynomial) and fast_tanh (the rational approximation Eigen, and so TF, uses) vectorize:
 0.25-0.6 ms, with a relative error within twice TF's (tests/test_fast_math.py). erf keeps
 TVM's: fast_erf clamps its input with min/max first, which turns NaN into +-1, and a
-second block that puts the NaN back runs no faster than the C library. Other dtypes keep
-TVM's legalization.
+second block that puts the NaN back runs no faster than the C library. softmax and
+log_softmax are TOPI's with fast_exp (TOPI's call the C library's exp: an encoder's
+attention probabilities are seq x seq per head). Other dtypes keep TVM's legalization.
 """
 from __future__ import annotations
 
@@ -25,19 +27,32 @@ def legalize_map() -> dict:
         exp = topi.fast_exp(topi.negative(x))
         return topi.divide(1.0, topi.add(1.0, exp))  # exp = inf for x < -88.38: 1 / inf = 0
 
+    def softmax(x, axis):
+        # exp of x - max <= 0: no overflow; a NaN stays a NaN through fast_exp and the sum.
+        shifted = topi.subtract(x, topi.max(x, axis=axis, keepdims=True))
+        e = topi.fast_exp(shifted)
+        return topi.divide(e, topi.sum(e, axis=axis, keepdims=True))
+
+    def log_softmax(x, axis):
+        shifted = topi.subtract(x, topi.max(x, axis=axis, keepdims=True))
+        return topi.subtract(shifted, topi.log(topi.sum(topi.fast_exp(shifted), axis=axis, keepdims=True)))
+
     fast = {"relax.exp": exp, "relax.tanh": topi.fast_tanh, "relax.sigmoid": sigmoid}
-    return {name: _float32_only(name, compute) for name, compute in fast.items()}
+    along_axis = {"relax.nn.softmax": softmax, "relax.nn.log_softmax": log_softmax}  # one log per row: libm's
+    return {**{name: _float32_only(name, compute) for name, compute in fast.items()},
+            **{name: _float32_only(name, compute, axis=True) for name, compute in along_axis.items()}}  # fmt: skip
 
 
-def _float32_only(name: str, compute):
+def _float32_only(name: str, compute, axis: bool = False):
     import tvm
 
     default = tvm.ir.Op.get(name).get_attr("FLegalize")
-    hint = name.removeprefix("relax.")
+    hint = name.split(".")[-1]
 
     def legalize(bb, call):
         if str(call.args[0].ty.dtype) != "float32":
             return default(bb, call)
-        return bb.call_te(compute, call.args[0], primfunc_name_hint=hint)
+        extra = [int(call.attrs.axis)] if axis else []
+        return bb.call_te(compute, call.args[0], *extra, primfunc_name_hint=hint)
 
     return legalize
