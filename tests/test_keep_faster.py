@@ -129,9 +129,9 @@ def test_compile_model_timing_is_real(rng):
 def slowed(f, seconds=0.02):
     import time
 
-    def run(*args):
+    def run(*args, **kwargs):
         time.sleep(seconds)
-        return f(*args)
+        return f(*args, **kwargs)
 
     return run
 

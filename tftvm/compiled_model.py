@@ -126,7 +126,7 @@ class CompiledModel:
         shapes = _shapes_of(checked)
         in_tf, trial = self._where(shapes)
         start = time.perf_counter()
-        outputs = self._tf_function()(*checked) if in_tf else self._run_vm(*checked)
+        outputs = self._tf_function()(*checked) if in_tf else self._run_vm(*checked, shapes=shapes)
         if trial is not None:  # both return finished work: the VM and an eager TF call on CPU are synchronous
             self._record(shapes, trial, in_tf, time.perf_counter() - start)
         return tf.nest.pack_sequence_as(self._structure, list(outputs))
@@ -152,10 +152,10 @@ class CompiledModel:
                 log.info("whole model at input shapes %s: %s; runs in %s", list(shapes), verdict,
                          "TF, which is faster" if verdict.tf_faster else "TVM")  # fmt: skip
 
-    def _run_vm(self, *checked):
-        """The outputs (TF tensors, flat) of the VM on checked TF tensors."""
+    def _run_vm(self, *checked, shapes=None):
+        """The outputs (TF tensors, flat) of the VM on checked TF tensors (of input `shapes`, where known)."""
         args = [_to_tvm(x) for x in checked]
-        shapes = _shapes_of(checked)
+        shapes = _shapes_of(checked) if shapes is None else shapes
         vm = self.statics[shapes].vm if shapes in self.statics else self._vm
         with self._lock:
             start = time.perf_counter()

@@ -288,7 +288,7 @@ def _most_rows(width: int, lanes: int) -> int:
     return TILE_ROWS if width >= lanes else ACCUMULATOR_REGISTERS
 
 
-def _tile_height(rows: int, most: int = TILE_ROWS) -> int:
+def _tile_height(rows: int, most: int) -> int:
     """Rows per register tile: `most` (see _most_rows), or the largest from there
     down to 4 that divides the row count (a 7x7 or 14x14 image), else `most` (the last tile
     cut short)."""

@@ -142,9 +142,9 @@ def _tasks(kernels) -> tuple[dict, dict, dict]:
             log.info("not tuning '%s': %s", kernel_name, why)
             continue
         func = workload(prim_func)["main"]
-        same = [name for name, other in tasks.items() if tvm_ffi.structural_equal(func, other)]
-        if same:
-            weights[same[0]] += 1
+        same = next((name for name, other in tasks.items() if tvm_ffi.structural_equal(func, other)), None)
+        if same is not None:
+            weights[same] += 1
             continue
         name = f"t{len(tasks):03d}_" + re.sub(r"\W", "_", kernel_name)
         tasks[name], weights[name] = func, 1

@@ -27,15 +27,16 @@ def legalize_map() -> dict:
         exp = topi.fast_exp(topi.negative(x))
         return topi.divide(1.0, topi.add(1.0, exp))  # exp = inf for x < -88.38: 1 / inf = 0
 
+    def shifted(x, axis):  # x - max <= 0: its exp cannot overflow; a NaN stays a NaN through fast_exp and sums
+        return topi.subtract(x, topi.max(x, axis=axis, keepdims=True))
+
     def softmax(x, axis):
-        # exp of x - max <= 0: no overflow; a NaN stays a NaN through fast_exp and the sum.
-        shifted = topi.subtract(x, topi.max(x, axis=axis, keepdims=True))
-        e = topi.fast_exp(shifted)
+        e = topi.fast_exp(shifted(x, axis))
         return topi.divide(e, topi.sum(e, axis=axis, keepdims=True))
 
     def log_softmax(x, axis):
-        shifted = topi.subtract(x, topi.max(x, axis=axis, keepdims=True))
-        return topi.subtract(shifted, topi.log(topi.sum(topi.fast_exp(shifted), axis=axis, keepdims=True)))
+        s = shifted(x, axis)
+        return topi.subtract(s, topi.log(topi.sum(topi.fast_exp(s), axis=axis, keepdims=True)))
 
     fast = {"relax.exp": exp, "relax.tanh": topi.fast_tanh, "relax.sigmoid": sigmoid}
     along_axis = {"relax.nn.softmax": softmax, "relax.nn.log_softmax": log_softmax}  # one log per row: libm's
