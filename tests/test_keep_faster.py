@@ -22,10 +22,13 @@ def test_both_sides_are_measured_and_the_choice_follows_them(rng):
     fn = model(rng)
     optimized = tftvm.optimize(fn, SPEC, keep_faster=True)
     (cluster,) = optimized._clusters
-    timing = cluster.timing
-    assert timing.tvm_seconds > 0 and timing.tf_seconds > 0
-    assert (cluster.program is None) == timing.tf_faster
-    assert str(timing) in optimized.report()
+    assert sorted(cluster.timings) == [1, 8]  # the None dim at 1 and at 8
+    for timing in cluster.timings.values():
+        assert timing.tvm_seconds > 0 and timing.tf_seconds > 0
+        assert f"{timing}" in optimized.report()
+    small, large = cluster.timings[1], cluster.timings[8]
+    assert (cluster.program is None) == (small.tf_faster and large.tf_faster)
+    assert (cluster.switch is not None) == (small.tf_faster != large.tf_faster)
     x = rng.standard_normal((5, 32)).astype(np.float32)
     np.testing.assert_allclose(optimized(x).numpy(), fn(x).numpy(), rtol=1e-4, atol=1e-4)
 
@@ -41,23 +44,55 @@ def test_a_cluster_tf_runs_faster_stays_in_tf_with_both_times(rng, monkeypatch):
     assert cluster.program is None
     summary = optimized.summary()
     assert summary.offloaded == 0 and not summary.failed_clusters
-    assert {op.reason for op in summary.in_tf} == {"TF runs its cluster faster (TVM 2.000 ms, TF 1.000 ms)"}
-    assert "kept in TF, which is faster: TVM 2.000 ms, TF 1.000 ms" in optimized.report()
+    both = "None dims at 1: TVM 2.000 ms, TF 1.000 ms; None dims at 8: TVM 2.000 ms, TF 1.000 ms"
+    assert {op.reason for op in summary.in_tf} == {f"TF runs its cluster faster ({both})"}
+    assert f"kept in TF, which is faster: {both}" in optimized.report()
     x = rng.standard_normal((3, 32)).astype(np.float32)
     np.testing.assert_allclose(optimized(x).numpy(), fn(x).numpy(), rtol=1e-5)
     assert "TvmCall" not in {n.op for n in optimized.__call__.get_concrete_function().graph.as_graph_def().node}
 
 
+@pytest.mark.parametrize("tf_when_large", [True, False])
+def test_a_cluster_faster_in_tf_at_one_size_switches_on_its_input_size(rng, monkeypatch, tmp_path, tf_when_large):
+    """The clock says TVM wins at batch 1 and TF at batch 8 (or the reverse): both sides stay in
+    the graph and each call runs the side that is faster for its size, in a SavedModel too."""
+
+    def clock(run_tvm, run_tf, inputs, specs):
+        tf_faster = (inputs[0].shape[0] == measure.LARGE_DIM) == tf_when_large
+        return measure.Timing(2e-3, 1e-3) if tf_faster else measure.Timing(1e-3, 2e-3)
+
+    monkeypatch.setattr(measure, "time_both", clock)
+    monkeypatch.setattr(measure, "_read", lambda key: None)
+    fn = model(rng, units=44)
+    optimized = tftvm.optimize(fn, SPEC, keep_faster=True)
+    (cluster,) = optimized._clusters
+    assert cluster.switch.elements == 91  # between 32 and 8 * 32 input elements: sqrt(32 * 256)
+    assert optimized.summary().offloaded > 0
+    assert f"runs in TF where its inputs with None dims hold {'>=' if tf_when_large else '<'} 91" in optimized.report()
+    program = cluster.program
+    cluster.program = lambda *args: program(*args) + 1000.0  # marks what TVM computed (its one output)
+    tf.saved_model.save(optimized, str(tmp_path))
+    loaded = tf.saved_model.load(str(tmp_path))
+    for batch in (1, 2, 3, 8):  # 32, 64 elements are small; 96, 256 large
+        x = rng.standard_normal((batch, 32)).astype(np.float32)
+        in_tvm = (batch >= 3) != tf_when_large
+        want = fn(x).numpy() + (1000.0 if in_tvm else 0.0)
+        for f in (optimized, loaded):
+            np.testing.assert_allclose(f(x).numpy(), want, rtol=1e-4, atol=1e-3)
+
+
 def test_timings_are_cached_with_the_kernels(rng, monkeypatch):
     fn = model(rng, units=56)
-    first = tftvm.optimize(fn, SPEC, keep_faster=True)._clusters[0].timing
+    first = tftvm.optimize(fn, SPEC, keep_faster=True)._clusters[0].timings
 
     def no_timing(*args):
         raise AssertionError("measured again")
 
     monkeypatch.setattr(measure, "time_both", no_timing)
-    second = tftvm.optimize(fn, SPEC, keep_faster=True)._clusters[0].timing
-    assert second.cached and (second.tvm_seconds, second.tf_seconds) == (first.tvm_seconds, first.tf_seconds)
+    second = tftvm.optimize(fn, SPEC, keep_faster=True)._clusters[0].timings
+    assert sorted(second) == sorted(first) == [1, 8]
+    for dim, timing in second.items():
+        assert timing.cached and (timing.tvm_seconds, timing.tf_seconds) == (first[dim].tvm_seconds, first[dim].tf_seconds)
 
 
 def test_a_corrupt_timing_cache_entry_is_measured_again(rng, caplog):
@@ -66,22 +101,22 @@ def test_a_corrupt_timing_cache_entry_is_measured_again(rng, caplog):
     before = set(timings.glob("*.json"))
     tftvm.optimize(fn, SPEC, keep_faster=True)
     entries = set(timings.glob("*.json")) - before  # this cluster's, not other tests'
-    assert len(entries) == 1
+    assert len(entries) == 2  # the None dim at 1 and at 8
     for path in entries:
         path.write_text("{not json")
     with caplog.at_level(logging.WARNING, logger="tftvm.graph.measure"):
-        timing = tftvm.optimize(fn, SPEC, keep_faster=True)._clusters[0].timing
-    assert not timing.cached and "corrupt timing cache entry" in caplog.text
+        again = tftvm.optimize(fn, SPEC, keep_faster=True)._clusters[0].timings
+    assert not any(t.cached for t in again.values()) and "corrupt timing cache entry" in caplog.text
     assert all(json.loads(p.read_text())["format"] == measure.FORMAT for p in entries)  # rewritten
 
 
 def test_off_by_option_and_by_environment(rng, monkeypatch):
     fn = model(rng, units=20)
-    assert tftvm.optimize(fn, SPEC, keep_faster=False)._clusters[0].timing is None
+    assert not tftvm.optimize(fn, SPEC, keep_faster=False)._clusters[0].timings
     monkeypatch.setenv("TFTVM_KEEP_FASTER", "0")
-    assert tftvm.optimize(fn, SPEC)._clusters[0].timing is None
+    assert not tftvm.optimize(fn, SPEC)._clusters[0].timings
     monkeypatch.setenv("TFTVM_KEEP_FASTER", "1")
-    assert tftvm.optimize(fn, SPEC)._clusters[0].timing is not None
+    assert tftvm.optimize(fn, SPEC)._clusters[0].timings
 
 
 def test_repeated_runs_are_sequential_and_right(rng):

@@ -3,7 +3,10 @@
 Each cluster is timed twice in one process, as its tftvm kernels and as its own TF nodes
 (run by TF, grappler's fusions included), on random inputs of its input shapes with `None`
 dims at MEASURE_DIM; the runs are interleaved and each side's median is kept (the pattern
-of PyTorch Inductor's autotuning between its kernels and ATen). A timed call repeats the
+of PyTorch Inductor's autotuning between its kernels and ATen). A cluster with `None` dims
+is timed again with them at LARGE_DIM (a batch of 8 is not a batch of 1 eight times: TF's
+kernels gain more from it than ours); where the two verdicts differ, the graph carries both
+sides and a `SizeSwitch` picks one per call from the size of its inputs. A timed call repeats the
 cluster, each repeat after the last, so that tf.function's call overhead (~280 µs here)
 does not drown a small cluster. Timings are cached on disk, keyed by the kernels' code and
 the TF subgraph, so a second process pays nothing. `compile_model` times the whole
@@ -27,6 +30,7 @@ from .. import cache_dir
 log = logging.getLogger(__name__)
 
 MEASURE_DIM = 1  # a `None` dim (a batch, mostly) is measured at this size
+LARGE_DIM = 8  # and, for optimize's clusters, at this one too
 SLOWER_MARGIN = 1.05  # TF replaces TVM only when it is this much faster: medians move ~3% here
 ROUNDS = 7  # interleaved timed calls per side
 CALL_SECONDS = 0.003  # a timed call repeats the cluster to last about this long
@@ -51,20 +55,55 @@ class Timing:
         return f"TVM {1e3 * self.tvm_seconds:.3f} ms, TF {1e3 * self.tf_seconds:.3f} ms"
 
 
-def compare(step, frozen) -> Timing:
-    """`step` (a compiled rewrite.ClusterStep of `frozen`) timed in TVM and in TF."""
-    inputs = random_inputs([tf.TensorSpec(frozen.tensor(t).shape, frozen.tensor(t).dtype) for t in step.inputs])
+@dataclasses.dataclass(frozen=True)
+class SizeSwitch:
+    """Where a cluster's faster side depends on its size: TF's own nodes (`graph_def`) run
+    the calls whose inputs `dynamic` (those with `None` dims) hold at least `elements`
+    elements in all if `tf_when_large`, the smaller calls otherwise; TVM runs the rest."""
+
+    dynamic: tuple[int, ...]
+    elements: int
+    tf_when_large: bool
+    graph_def: object
+
+
+def dynamic_inputs(step, frozen) -> tuple[int, ...]:
+    """Positions of `step`'s inputs with a `None` dim (or an unknown rank)."""
+    shapes = [frozen.tensor(t).shape for t in step.inputs]
+    return tuple(i for i, s in enumerate(shapes) if s.rank is None or None in s.as_list())
+
+
+def compare(step, frozen, dim: int = MEASURE_DIM) -> Timing:
+    """`step` (a compiled rewrite.ClusterStep of `frozen`) timed in TVM and in TF, its
+    `None` dims at `dim`."""
+    inputs = random_inputs([tf.TensorSpec(frozen.tensor(t).shape, frozen.tensor(t).dtype) for t in step.inputs], dim)
     specs = [tf.TensorSpec(x.shape, x.dtype) for x in inputs]
-    graph_def = _subgraph(step, frozen)
+    graph_def = subgraph(step, frozen)
     key = _key(step, graph_def, specs)
     cached = _read(key)
     if cached is not None:
         return cached
     run_tf = graph_runner(graph_def, step.inputs, step.outputs)
     timing = time_both(step.program, run_tf, inputs, specs)
-    log.info("cluster %d: %s", step.index, timing)
+    log.info("cluster %d, None dims at %d: %s", step.index, dim, timing)
     _write(key, timing)
     return timing
+
+
+def size_switch(step, frozen, timings: dict) -> SizeSwitch | None:
+    """The switch between TVM and TF for a cluster timed at MEASURE_DIM and LARGE_DIM
+    (`timings`, by dim) whose verdicts differ; None where they agree. The switch sits at
+    the geometric mean of the two sizes measured."""
+    small, large = timings[MEASURE_DIM], timings.get(LARGE_DIM)
+    if large is None or small.tf_faster == large.tf_faster:
+        return None
+    dynamic = dynamic_inputs(step, frozen)
+    sizes = [sum(_elements(frozen.tensor(step.inputs[i]).shape, dim) for i in dynamic) for dim in (MEASURE_DIM, LARGE_DIM)]
+    return SizeSwitch(dynamic, math.ceil(math.sqrt(sizes[0] * sizes[1])), large.tf_faster, subgraph(step, frozen))
+
+
+def _elements(shape, dim: int) -> int:
+    return math.prod(dim if d is None else d for d in shape.as_list())
 
 
 def enabled(keep_faster) -> bool:
@@ -126,9 +165,9 @@ def _seconds(call) -> float:
     return time.perf_counter() - start
 
 
-def random_inputs(specs) -> list:
-    """Inputs for timing: `None` dims at MEASURE_DIM; see _random."""
-    shaped = [tf.TensorSpec([MEASURE_DIM if d is None else d for d in s.shape.as_list()], s.dtype) for s in specs]
+def random_inputs(specs, dim: int = MEASURE_DIM) -> list:
+    """Inputs for timing: `None` dims at `dim`; see _random."""
+    shaped = [tf.TensorSpec([dim if d is None else d for d in s.shape.as_list()], s.dtype) for s in specs]
     return [_random(spec, seed) for seed, spec in enumerate(shaped)]
 
 
@@ -145,7 +184,7 @@ def _repeated(run, repeats: int, specs):
     return tf.function(body, input_signature=specs, autograph=False)
 
 
-def _subgraph(step, frozen):
+def subgraph(step, frozen):
     """The cluster's own nodes as a GraphDef (their inputs from outside fed by input_map)."""
     from .rewrite import without_control_inputs
 
@@ -174,7 +213,7 @@ def _random(spec, seed: int):
 
 
 def _key(step, graph_def, specs) -> str:
-    parts = [str(FORMAT), tf.__version__, str(MEASURE_DIM), graph_def.SerializeToString(deterministic=True).hex(),
+    parts = [str(FORMAT), tf.__version__, graph_def.SerializeToString(deterministic=True).hex(),
              repr([(s.shape.as_list(), s.dtype.name) for s in specs]), repr(list(step.outputs))]  # fmt: skip
     parts += [k.kernel.key for k in step.program.kernels]  # the compiled code itself
     return hashlib.sha256("\n".join(parts).encode()).hexdigest()

@@ -74,8 +74,10 @@ def optimize(fn, input_signature=None, *, cache_size: int = 8, min_cluster_size:
     `database` (default $TFTVM_TUNING_DB): MetaSchedule records from `tftvm.tune`;
     kernels with a record compile their tuned schedule.
     `keep_faster` (default True, or $TFTVM_KEEP_FASTER=0 for False): time each compiled
-    cluster in TVM and in TF (`None` dims at 1) and keep TF's where it is faster; the
-    report gives both times. The timings are cached with the kernels.
+    cluster in TVM and in TF (`None` dims at 1, and at 8 where it has some) and keep TF's
+    where it is faster; where that depends on the size, the graph switches between them
+    per call by the size of the cluster's inputs. The report gives the times. The timings
+    are cached with the kernels.
     Without `input_signature`, each new input signature compiles a variant (LRU of
     `cache_size`); a second shape of the same pattern compiles a symbolic variant.
     """
@@ -189,17 +191,27 @@ def _compile(step, frozen, target, strict, database) -> str | None:
 
 
 def _keep_faster(step, frozen, reasons) -> None:
-    """The safety net: a cluster that TF runs faster than its TVM kernels stays in TF."""
-    try:
-        step.timing = measure.compare(step, frozen)
-    except Exception as err:  # a failed measurement keeps TVM, which is correct, just unmeasured
-        log.warning("cluster %d could not be timed against TF (%s); it runs in TVM", step.index, err)
+    """The safety net: a cluster that TF runs faster than its TVM kernels stays in TF; one
+    with `None` dims is timed with them at 1 and at 8, and where the verdicts differ, both
+    sides stay in the graph behind a switch on the inputs' size."""
+    sizes = [measure.MEASURE_DIM] + ([measure.LARGE_DIM] if measure.dynamic_inputs(step, frozen) else [])
+    for dim in sizes:
+        try:
+            step.timings[dim] = measure.compare(step, frozen, dim)
+        except Exception as err:  # a failed measurement keeps TVM, which is correct, just unmeasured
+            log.warning("cluster %d could not be timed against TF with None dims at %d (%s); that size runs "
+                        "as the others do", step.index, dim, err)  # fmt: skip
+    if not step.timings:
         return
-    if step.timing.tf_faster:
-        log.info("cluster %d stays in TF, which is faster: %s", step.index, step.timing)
+    step.switch = measure.size_switch(step, frozen, step.timings) if len(step.timings) > 1 else None
+    if step.switch is not None:
+        log.info("cluster %d: TF is faster %s, TVM otherwise (%s)", step.index,
+                 "for large inputs" if step.switch.tf_when_large else "for small inputs", report.timings_text(step))  # fmt: skip
+    elif all(t.tf_faster for t in step.timings.values()):
+        log.info("cluster %d stays in TF, which is faster: %s", step.index, report.timings_text(step))
         step.program = None
         for n in step.nodes:
-            reasons[n.name] = f"TF runs its cluster faster ({step.timing})"
+            reasons[n.name] = f"TF runs its cluster faster ({report.timings_text(step)})"
 
 
 def _topology(nodes):

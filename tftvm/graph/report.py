@@ -55,10 +55,17 @@ def summarize(frozen, clusters, reasons, body_offloaded: int = 0) -> ConversionR
             why = reasons.get(n.name) or ("its cluster failed to compile (above)" if n.name in in_failed
                                           else "cluster below min_cluster_size")  # fmt: skip
             in_tf.append(OpInTF(n.name, n.op, why))
-    failed = [(c.index, c.error) for c in clusters if c.program is None and c.timing is None]
+    failed = [(c.index, c.error) for c in clusters if c.program is None and not c.timings]
     everything = in_tf_with_bodies(frozen.graph_def, in_tf)
     total = len(compute) + len(everything) - len(in_tf) + body_offloaded
     return ConversionReport(total, len(compute) - len(in_tf) + body_offloaded, everything, failed)
+
+
+def timings_text(cluster) -> str:
+    """'TVM 2.000 ms, TF 1.000 ms' for a cluster measured at one size, else each size's."""
+    if len(cluster.timings) == 1:
+        return str(next(iter(cluster.timings.values())))
+    return "; ".join(f"None dims at {dim}: {t}" for dim, t in sorted(cluster.timings.items()))
 
 
 def format_report(frozen, clusters, reasons, body_offloaded: int = 0) -> str:
@@ -71,9 +78,12 @@ def format_report(frozen, clusters, reasons, body_offloaded: int = 0) -> str:
         out_shapes = ", ".join(str(frozen.tensor(t).shape) for t in c.outputs)
         if c.program is not None:
             status = f"{len(c.program.kernels)} TVM kernels, compiled in {c.compile_seconds:.2f} s"
-            status += f"; measured {c.timing}" if c.timing is not None else ""
-        elif c.timing is not None:
-            status = f"kept in TF, which is faster: {c.timing}"
+            status += f"; measured {timings_text(c)}" if c.timings else ""
+            if c.switch is not None:
+                status += (f"; runs in TF where its inputs with None dims hold {'>=' if c.switch.tf_when_large else '<'}"
+                           f" {c.switch.elements} elements, in TVM otherwise")  # fmt: skip
+        elif c.timings:
+            status = f"kept in TF, which is faster: {timings_text(c)}"
         else:
             status = f"stayed in TF: {c.error}"
 

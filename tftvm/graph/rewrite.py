@@ -21,7 +21,8 @@ class ClusterStep:
     program: object = None  # RelaxProgram once compiled
     compile_seconds: float = 0.0
     error: str | None = None
-    timing: object = None  # measure.Timing where the safety net measured it
+    timings: dict = dataclasses.field(default_factory=dict)  # measure.Timing by the size of its None dims
+    switch: object = None  # measure.SizeSwitch where TF is faster at some sizes only
 
 
 def tensor_inputs(node) -> list[str]:
@@ -59,8 +60,7 @@ def replay(frozen, steps, order):
         done = {name.split(":")[0]: [arg.op] for name, arg in env.items()}  # node -> its ops now
         for step in order:
             if isinstance(step, ClusterStep):
-                result = step.program(*[env[t] for t in step.inputs])
-                result = result if isinstance(result, tuple) else (result,)
+                result = run_cluster(step, [env[t] for t in step.inputs])
                 env.update(zip(step.outputs, result))
                 done.update((n.name, [t.op for t in result]) for n in step.nodes)
                 continue
@@ -88,6 +88,29 @@ def replay(frozen, steps, order):
         return [env[t.name] for t in frozen.outputs]
 
     return run
+
+
+def run_cluster(step, args) -> tuple:
+    """`step`'s outputs: its TVM kernels' or, behind its size switch, its TF nodes' where
+    those are faster at the size of `args`."""
+    import tensorflow as tf
+
+    from .measure import graph_runner
+
+    def in_tvm():
+        result = step.program(*args)
+        return tuple(result) if isinstance(result, (tuple, list)) else (result,)
+
+    if step.switch is None:
+        return in_tvm()
+    switch = step.switch
+
+    def in_tf():  # import_graph_def maps only tensors of the branch's graph: identities capture them
+        return tuple(graph_runner(switch.graph_def, step.inputs, step.outputs)(*[tf.identity(a) for a in args]))
+
+    size = tf.add_n([tf.size(args[i], out_type=tf.int64) for i in switch.dynamic])
+    large, small = (in_tf, in_tvm) if switch.tf_when_large else (in_tvm, in_tf)
+    return tuple(tf.cond(size >= switch.elements, large, small))
 
 
 def functions_called(node, library: dict) -> list:
