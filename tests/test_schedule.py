@@ -138,3 +138,22 @@ def test_a_padding_stage_of_24_channels_is_vectorized_within_each_pixel():
     script = default_cpu_schedule(tvm.IRModule({"pad": te.create_prim_func([x, pad])})).script()
     # 16 lanes would straddle two pixels (24 % 16 != 0), and the pad's condition differs per lane.
     assert "T.vectorized(8)" in script and "T.vectorized(16)" not in script
+
+
+def test_an_elementwise_chain_runs_as_one_loop_but_stays_out_of_a_reduction(rng):
+    """GELU's multiply, erf, add, multiply become one block (one pass over memory); the
+    elementwise op that feeds a matmul is not inlined into it (computed again per reuse)."""
+    x = te.placeholder((8, 64), name="x")
+    w = te.placeholder((64, 32), name="w")
+    scaled = te.compute(x.shape, lambda i, j: x[i, j] * 0.5, name="scaled")
+    gelu = te.compute(x.shape, lambda i, j: scaled[i, j] * (te.erf(scaled[i, j]) + 1.0), name="gelu")
+    r = te.reduce_axis((0, 64), name="r")
+    out = te.compute((8, 32), lambda i, j: te.sum(gelu[i, r] * w[r, j], axis=r), name="out")
+    script = default_cpu_schedule(tvm.IRModule({"f": te.create_prim_func([x, w, out])})).script()
+    assert 'T.sblock("scaled")' not in script and 'T.sblock("gelu")' in script
+    op = tftvm.op([x, w], [out], name="sched_gelu_mm")
+    xv = rng.standard_normal((8, 64)).astype(np.float32)
+    wv = rng.standard_normal((64, 32)).astype(np.float32)
+    half = xv * 0.5
+    want = (half * (tf.math.erf(half).numpy() + 1.0)) @ wv
+    np.testing.assert_allclose(op(xv, wv).numpy(), want, rtol=1e-4, atol=1e-4)
