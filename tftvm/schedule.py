@@ -1,13 +1,13 @@
 """A default CPU schedule so untuned kernels are not serial scalar loops.
 
-Chains of elementwise blocks are inlined into one loop first (TVM's AutoInline rule). For every block, the leading data-parallel loops are fused and run in parallel
-(unless the block is too small to pay for waking TVM's worker threads, as each step
-of an RNN's loop is); a block that is data-parallel throughout gets its static inner loops
-(all of them, or the image of a `None` batch) vectorized explicitly. A reduction
-over a static output axis of a multiple of 4 columns (matmul, conv, pooling) is tiled: each
-parallel task accumulates a register tile of up to 8 rows (as many as divide the rows:
-7 for a 7x7 image) and writes it back once. A step
-TVM refuses leaves that block as it was.
+Chains of elementwise blocks are first inlined into one loop (TVM's AutoInline rule).
+For every block, the leading data-parallel loops are fused and run in parallel (unless
+the block is too small to pay for waking TVM's worker threads, as each step of an RNN's
+loop is); a block that is data-parallel throughout gets its static inner loops (all of
+them, or the image of a `None` batch) vectorized explicitly. A reduction over a static
+output axis of a multiple of 4 columns (matmul, conv, pooling) is tiled: each parallel
+task accumulates a register tile of up to 8 rows (as many as divide the rows: 7 for a
+7x7 image) and writes it back once. A step TVM refuses leaves that block as it was.
 """
 from __future__ import annotations
 
@@ -71,7 +71,7 @@ def default_cpu_trace(mod):
 def _inline_elementwise(sch, blocks) -> None:
     """Inline each elementwise block into its consumers where they are all elementwise too
     (TVM's AutoInline rule decides what may go): a chain such as GELU's six ops then runs as one
-    parallel loop in one pass over memory, not one each (Keras GELU on 128 x 2048: 0.72 ms).
+    loop in one pass over memory, not a loop and a pass over 1 MB each (a GELU on 128 x 2048).
     Never into a reduction, which would compute the block again for every reuse of its output;
     nor a reduction's only consumer (a conv's ReLU6 before a pad), which _tile_reduction applies
     as each register tile is written back. A swish after a conv reads the conv twice: inlined,
