@@ -73,12 +73,11 @@ def dynamic_inputs(step, frozen) -> tuple[int, ...]:
     return tuple(i for i, s in enumerate(shapes) if s.rank is None or None in s.as_list())
 
 
-def compare(step, frozen, dim: int = MEASURE_DIM) -> Timing:
-    """`step` (a compiled rewrite.ClusterStep of `frozen`) timed in TVM and in TF, its
-    `None` dims at `dim`."""
+def compare(step, frozen, graph_def, dim: int) -> Timing:
+    """`step` (a compiled rewrite.ClusterStep of `frozen`, its own nodes `graph_def`: see
+    subgraph) timed in TVM and in TF, its `None` dims at `dim`."""
     inputs = random_inputs([tf.TensorSpec(frozen.tensor(t).shape, frozen.tensor(t).dtype) for t in step.inputs], dim)
     specs = [tf.TensorSpec(x.shape, x.dtype) for x in inputs]
-    graph_def = subgraph(step, frozen)
     key = _key(step, graph_def, specs)
     cached = _read(key)
     if cached is not None:
@@ -90,16 +89,16 @@ def compare(step, frozen, dim: int = MEASURE_DIM) -> Timing:
     return timing
 
 
-def size_switch(step, frozen, timings: dict) -> SizeSwitch | None:
-    """The switch between TVM and TF for a cluster timed at MEASURE_DIM and LARGE_DIM
-    (`timings`, by dim) whose verdicts differ; None where they agree. The switch sits at
+def size_switch(step, frozen, graph_def, dynamic) -> SizeSwitch | None:
+    """The switch between TVM and TF for a cluster (its nodes `graph_def`, its inputs with
+    `None` dims at positions `dynamic`) whose verdicts at MEASURE_DIM and LARGE_DIM
+    (`step.timings`) differ; None where they agree or one is missing. The switch sits at
     the geometric mean of the two sizes measured."""
-    small, large = timings[MEASURE_DIM], timings.get(LARGE_DIM)
-    if large is None or small.tf_faster == large.tf_faster:
+    small, large = step.timings.get(MEASURE_DIM), step.timings.get(LARGE_DIM)
+    if small is None or large is None or small.tf_faster == large.tf_faster:
         return None
-    dynamic = dynamic_inputs(step, frozen)
     sizes = [sum(_elements(frozen.tensor(step.inputs[i]).shape, dim) for i in dynamic) for dim in (MEASURE_DIM, LARGE_DIM)]
-    return SizeSwitch(dynamic, math.ceil(math.sqrt(sizes[0] * sizes[1])), large.tf_faster, subgraph(step, frozen))
+    return SizeSwitch(dynamic, math.ceil(math.sqrt(sizes[0] * sizes[1])), large.tf_faster, graph_def)
 
 
 def _elements(shape, dim: int) -> int:

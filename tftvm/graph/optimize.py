@@ -194,24 +194,26 @@ def _keep_faster(step, frozen, reasons) -> None:
     """The safety net: a cluster that TF runs faster than its TVM kernels stays in TF; one
     with `None` dims is timed with them at 1 and at 8, and where the verdicts differ, both
     sides stay in the graph behind a switch on the inputs' size."""
-    sizes = [measure.MEASURE_DIM] + ([measure.LARGE_DIM] if measure.dynamic_inputs(step, frozen) else [])
-    for dim in sizes:
+    dynamic = measure.dynamic_inputs(step, frozen)
+    graph_def = measure.subgraph(step, frozen)  # the cluster's constants: copied once, not per size
+    for dim in [measure.MEASURE_DIM] + ([measure.LARGE_DIM] if dynamic else []):
         try:
-            step.timings[dim] = measure.compare(step, frozen, dim)
+            step.timings[dim] = measure.compare(step, frozen, graph_def, dim)
         except Exception as err:  # a failed measurement keeps TVM, which is correct, just unmeasured
             log.warning("cluster %d could not be timed against TF with None dims at %d (%s); that size runs "
                         "as the others do", step.index, dim, err)  # fmt: skip
     if not step.timings:
         return
-    step.switch = measure.size_switch(step, frozen, step.timings) if len(step.timings) > 1 else None
+    step.switch = measure.size_switch(step, frozen, graph_def, dynamic)
+    times = report.timings_text(step)
     if step.switch is not None:
         log.info("cluster %d: TF is faster %s, TVM otherwise (%s)", step.index,
-                 "for large inputs" if step.switch.tf_when_large else "for small inputs", report.timings_text(step))  # fmt: skip
+                 "for large inputs" if step.switch.tf_when_large else "for small inputs", times)  # fmt: skip
     elif all(t.tf_faster for t in step.timings.values()):
-        log.info("cluster %d stays in TF, which is faster: %s", step.index, report.timings_text(step))
+        log.info("cluster %d stays in TF, which is faster: %s", step.index, times)
         step.program = None
         for n in step.nodes:
-            reasons[n.name] = f"TF runs its cluster faster ({report.timings_text(step)})"
+            reasons[n.name] = f"TF runs its cluster faster ({times})"
 
 
 def _topology(nodes):
