@@ -16,8 +16,9 @@ import pytest  # noqa: E402
 
 
 def run_python(code: str, env: dict | None = None, timeout: float = 300) -> subprocess.CompletedProcess:
-    """Run `code` in a fresh interpreter (a crash there fails a test, not the runner)."""
-    full_env = dict(os.environ, **(env or {}))
+    """Run `code` in a fresh interpreter (a crash there fails a test, not the runner);
+    `env` entries of None are removed from its environment."""
+    full_env = {k: v for k, v in dict(os.environ, **(env or {})).items() if v is not None}
     return subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                           env=full_env, timeout=timeout)  # fmt: skip
 

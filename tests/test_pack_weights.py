@@ -69,3 +69,15 @@ def test_packed_convs_match_tf(side, kernel, strides, dilations, padding, co, dt
         x = rng.standard_normal((batch, side, side, 20)).astype(dtype)
         tol = 1e-4 if dtype == np.float32 else 1e-10
         np.testing.assert_allclose(optimized(x).numpy(), model(x).numpy(), rtol=tol, atol=tol)
+
+
+def test_a_packed_conv_is_register_tiled_by_the_default_schedule(rng):
+    """The packed index j // width names the tile, not a gather: the conv keeps its register
+    tiles (a write-back of each tile from a local accumulator), as with unpacked weights."""
+    from tftvm.schedule import default_cpu_schedule
+
+    weights = rng.standard_normal((3, 3, 16, 64)).astype(np.float32)
+    fused = fuse(conv_module(weights))
+    (conv,) = [f for gv, f in fused.functions.items() if isinstance(f, tirx.PrimFunc) and "conv2d" in gv.name_hint]
+    script = default_cpu_schedule(tvm.IRModule({"conv": conv})).script()
+    assert 'scope="local"' in script and "T.vectorized" in script and "T.parallel" in script

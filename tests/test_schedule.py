@@ -157,3 +157,38 @@ def test_an_elementwise_chain_runs_as_one_loop_but_stays_out_of_a_reduction(rng)
     half = xv * 0.5
     want = (half * (tf.math.erf(half).numpy() + 1.0)) @ wv
     np.testing.assert_allclose(op(xv, wv).numpy(), want, rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.parametrize("b, m, n, k", [(3, 17, 17, 64), (2, 30, 30, 128), (2, 5, 40, 32)])
+def test_dot_products_along_contiguous_rows_are_vectorized_along_the_rows(b, m, n, k, rng):
+    """Q·Kᵀ reads both operands along their last axis: tiled along the keys (the output's last
+    axis), every vector would be gathered at a row's stride; each output instead accumulates a
+    vector of partial sums along its row (rfactor), for 17 or 30 keys too (no tile fits)."""
+    a = te.placeholder((b, m, k), name="a")
+    bt = te.placeholder((b, n, k), name="bt")
+    r = te.reduce_axis((0, k), name="r")
+    out = te.compute((b, m, n), lambda i, x, y: te.sum(a[i, x, r] * bt[i, y, r], axis=r), name="out")
+    script = default_cpu_schedule(tvm.IRModule({"f": te.create_prim_func([a, bt, out])})).script()
+    assert 'T.sblock("out_rf_update")' in script and "T.vectorized" in script
+    op = tftvm.op([a, bt], [out], name=f"sched_qk_{b}x{m}x{n}x{k}")
+    av = rng.standard_normal((b, m, k)).astype(np.float32)
+    bv = rng.standard_normal((b, n, k)).astype(np.float32)
+    want = tf.linalg.matmul(av, bv, transpose_b=True).numpy()
+    np.testing.assert_allclose(op(av, bv).numpy(), want, rtol=1e-4, atol=1e-4)
+
+
+def test_row_max_and_mean_over_the_last_axis_match_tf(rng):
+    """A softmax's row max and a layer norm's mean reduce along contiguous memory: vectorized
+    partial results (max and sum reducers), the rows in parallel."""
+    from tvm import topi
+
+    x = te.placeholder((4, 96, 128), name="x")
+    row_max = topi.max(x, axis=-1, keepdims=True)
+    mean = topi.sum(x, axis=-1, keepdims=True)
+    for name, out, reference in [("max", row_max, tf.reduce_max), ("sum", mean, tf.reduce_sum)]:
+        script = default_cpu_schedule(tvm.IRModule({"f": te.create_prim_func([x, out])})).script()
+        assert "_rf_update" in script, name
+        op = tftvm.op([x], [out], name=f"sched_row_{name}")
+        xv = rng.standard_normal((4, 96, 128)).astype(np.float32)
+        np.testing.assert_allclose(op(xv).numpy(), reference(xv, axis=-1, keepdims=True).numpy(),
+                                   rtol=1e-4, atol=1e-4)  # fmt: skip

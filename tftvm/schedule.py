@@ -7,7 +7,10 @@ loop is); a block that is data-parallel throughout gets its static inner loops (
 them, or the image of a `None` batch) vectorized explicitly. A reduction over a static
 output axis of a multiple of 4 columns (matmul, conv, pooling) is tiled: each parallel
 task accumulates a register tile of up to 8 rows (as many as divide the rows: 7 for a
-7x7 image) and writes it back once. A step TVM refuses leaves that block as it was.
+7x7 image) and writes it back once, where the inputs are contiguous along the columns.
+A reduction along the inputs' contiguous last axis that no such tile fits (a softmax's
+row max, a layer norm's mean, Q·Kᵀ's dot products) accumulates a vector of partial results
+per output instead (rfactor). A step TVM refuses leaves that block as it was.
 """
 from __future__ import annotations
 
@@ -131,8 +134,11 @@ def _schedule_block(sch, block) -> None:
         return
     lanes = vector_lanes(_write_dtype(stmt))
     parallel = sch.parallel if _iterations(sch, loops) >= PARALLEL_MIN_ITERATIONS else lambda loop: None
-    if _tileable_reduction(sch, stmt, loops, spatial, lanes):
+    if _tileable_reduction(sch, stmt, loops, spatial, lanes) and _columns_contiguous(stmt, spatial):
         _tile_reduction(sch, block, loops, spatial, lanes, parallel)
+        return
+    if width := _contiguous_reduction_width(stmt, loops, spatial, lanes):
+        _vectorize_reduction(sch, block, spatial, width, parallel)
         return
     static, width = _static_suffix(sch, loops, lanes) if spatial == len(loops) else (0, 0)
     if static:
@@ -190,6 +196,94 @@ def _iterations(sch, loops) -> int:
 
 TILE_ROWS = 8  # a register tile of up to 8 rows (_tile_height) x 2 vectors of accumulators (tile_width)
 ACCUMULATOR_REGISTERS = 28  # of AVX-512's 32 vector registers; the rest hold a weight vector and inputs
+
+
+def _contiguous_reduction_width(stmt, loops, spatial, lanes) -> int | None:
+    """The vector width to split the innermost reduction by where it walks the last axis of
+    every input that it indexes (a softmax's row max, a mean over features, Q·Kᵀ's dot products
+    over the head dim), else None. Its extent must be static and a multiple of the width."""
+    from tvm import tirx
+
+    if spatial == len(loops) or len(stmt.writes) != 1:
+        return None
+    if any(int(iv.iter_type) != 2 for iv in stmt.iter_vars[spatial:]):  # 2: commutative reduce
+        return None
+    inner = stmt.iter_vars[-1]
+    extent = inner.dom.extent
+    if not isinstance(extent, tirx.IntImm):
+        return None
+    for read in stmt.reads:
+        indices = [_uses(r.min, inner.var) for r in read.region]
+        if any(indices[:-1]) or (indices[-1] and not read.region[-1].min.same_as(inner.var)):
+            return None
+    # A short reduction takes narrower vectors: each output ends with a sum across the lanes,
+    # one scalar add per lane, which at 16 lanes outweighed a dot product of 64 (4 vector steps).
+    return next((w for w in (lanes, lanes // 2, lanes // 4) if w >= 4 and int(extent) % w == 0
+                 and w * w <= 2 * int(extent)), None)
+
+
+def _columns_contiguous(stmt, spatial) -> bool:
+    """Whether the last output axis walks the last axis of every input that it indexes (B of
+    A·B, a conv's weights): register tiles along it load whole vectors. Weights packed by tile
+    (pack_weights: [j // width, ..., j % width]) pass too. Tiled along an axis that is not (the
+    keys of Q·Kᵀ), every vector would be gathered at a row's stride."""
+    from tvm import tirx
+
+    column = stmt.iter_vars[spatial - 1].var
+    for read in stmt.reads:
+        for r in read.region[:-1]:
+            if _uses(r.min, column) and not isinstance(r.min, tirx.FloorDiv):
+                return False
+    return True
+
+
+def _uses(expr, var) -> bool:
+    from tvm import tirx
+
+    return any(v.same_as(var) for v in tirx.analysis.undefined_vars(expr))
+
+
+def _vectorize_reduction(sch, block, spatial, width, parallel) -> None:
+    """A reduction along contiguous memory: each output accumulates `width` partial results
+    in one vector register (rfactor), summed once at the end. A task computes up to
+    DOT_OUTPUTS neighbouring outputs along the last axis together (the keys of one query row
+    in Q·Kᵀ): their accumulators stay in registers, each step loads the shared operand once,
+    and the task's scratch buffer is allocated once for all of them (per output, that
+    allocation cost more than a 128-long dot product)."""
+    from tvm import tirx
+
+    loops = sch.get_loops(block)
+    _, lanes = sch.split(loops[-1], [None, width])
+    partial = sch.rfactor(lanes, factor_axis=spatial)
+    outputs = sch.get_loops(block)[:spatial]
+    extent = sch.get(outputs[-1]).extent
+    together = _outputs_together(int(extent)) if isinstance(extent, tirx.IntImm) else 1
+    if together > 1:
+        *outputs, _ = [*outputs[:-1], *sch.split(outputs[-1], [None, together])]
+    fused = sch.fuse(*outputs) if len(outputs) > 1 else outputs[0]
+    depth = len(sch.get_loops(block)) - (2 if together > 1 else 1)  # loops down to `fused`
+    sch.compute_at(partial, fused)
+    sch.set_scope(partial, 0, "local")
+    lane, *rest = sch.get_loops(partial)[depth:]  # in the order of the block's iter vars
+    neighbours, reductions = (rest[:1], rest[1:]) if together > 1 else ([], rest)
+    sch.reorder(*reductions, *neighbours, lane)
+    sch.vectorize(lane)  # annotations first: a reduction split from its init fails their checks
+    for loop in neighbours:
+        sch.unroll(loop)
+    parallel(fused)
+    init = sch.decompose_reduction(partial, reductions[0])
+    sch.vectorize(sch.get_loops(init)[-1])
+
+
+DOT_OUTPUTS = 16  # accumulators of one task in _vectorize_reduction: half the vector registers
+
+
+def _outputs_together(extent: int) -> int:
+    """The largest divisor of `extent` up to DOT_OUTPUTS (a prime extent such as 17 up to
+    DOT_OUTPUTS + 8 is taken whole)."""
+    if extent <= DOT_OUTPUTS + 8:
+        return extent
+    return next(d for d in range(DOT_OUTPUTS, 0, -1) if extent % d == 0)
 
 
 def _tileable_reduction(sch, stmt, loops, spatial, lanes) -> bool:

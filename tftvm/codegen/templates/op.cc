@@ -53,6 +53,9 @@ constexpr char kFunction[] = "@{func_name}";
 // TVM's thread pool would otherwise pin its threads, and the calling TF thread,
 // to cores. Runs when the library is loaded, before any pool exists.
 [[maybe_unused]] const bool kTvmThreadsUnpinned = setenv("TVM_BIND_THREADS", "0", /*overwrite=*/0) == 0;
+// Its workers would also yield 300000 times after each job before they sleep, taking the
+// cores from TF's next op (see tftvm/__init__.py).
+[[maybe_unused]] const bool kTvmSpinShort = setenv("TVM_THREAD_POOL_SPIN_COUNT", "1000", /*overwrite=*/0) == 0;
 
 // The TVM library's path: beside the file this op was loaded from.
 std::string KernelLibraryPath() {
