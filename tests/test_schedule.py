@@ -27,7 +27,11 @@ def scheduled_script(A, B, C) -> str:
     (16, 12, 40, True),    # 40 columns, no multiple of a vector: half-vector tiles (Xception's 728)
     (19, 96, 40, True),    # ... one tile of 19 rows (half-vector tiles take up to 28)
     ("m", 80, 40, True),   # ... symbolic rows padded to 8-row tiles
-    (5, 6, 7, False),      # columns not a vector multiple: parallel loop only
+    (16, 64, 30, True),    # 30 columns (keys): padded to 32, tiles of two vectors
+    ("m", 24, 10, True),   # 10 classes of a None batch: rows and columns padded (12: 4-wide tiles)
+    (9, 20, 17, True),     # 17 columns padded to 20
+    (5, 6, 7, True),       # 7 columns padded to 8
+    (5, 6, 5, False),      # 5 columns: padding to 8 adds more than a quarter, parallel loop only
 ])  # fmt: skip
 def test_matmul_matches_numpy(m, k, n, tiled, rng):
     A, B, C = matmul(te.var("m") if m == "m" else m, k, n)
@@ -74,11 +78,13 @@ def test_conv_tiles_of_any_image_side_match_tf(side, kernel, rng):
         np.testing.assert_allclose(optimized(x).numpy(), want, rtol=1e-4, atol=1e-4)
 
 
-def test_dense_with_epilogue_over_padded_rows_matches_tf(rng):
-    """A None batch is padded to 8-row tiles; the bias and ReLU ride on the copy out, which
-    must write exactly the batch's rows (17: two whole tiles and one row)."""
-    w = tf.constant(rng.standard_normal((40, 64)).astype(np.float32))
-    b = tf.constant(rng.standard_normal(64).astype(np.float32))
+@pytest.mark.parametrize("units", [64, 10])
+def test_dense_with_epilogue_over_padded_rows_matches_tf(units, rng):
+    """A None batch is padded to 8-row tiles (and 10 units to 12 columns); the bias and ReLU
+    ride on the copy out, which must write exactly the batch's rows (17: two whole tiles and
+    one row) and the layer's units."""
+    w = tf.constant(rng.standard_normal((40, units)).astype(np.float32))
+    b = tf.constant(rng.standard_normal(units).astype(np.float32))
     optimized = tftvm.optimize(lambda x: tf.nn.relu(x @ w + b), [tf.TensorSpec([None, 40])], min_cluster_size=1)
     for batch in (1, 8, 17):
         x = rng.standard_normal((batch, 40)).astype(np.float32)
@@ -192,3 +198,18 @@ def test_row_max_and_mean_over_the_last_axis_match_tf(rng):
         xv = rng.standard_normal((4, 96, 128)).astype(np.float32)
         np.testing.assert_allclose(op(xv).numpy(), reference(xv, axis=-1, keepdims=True).numpy(),
                                    rtol=1e-4, atol=1e-4)  # fmt: skip
+
+
+def test_a_conv_of_11_channels_that_cannot_be_padded_still_runs_in_parallel(rng):
+    """11 columns would be padded to 12, but pad_einsum refuses a conv: the block keeps the
+    schedule it had before (parallel over pixels), not none at all (NASNetMobile's stem)."""
+    x = te.placeholder((1, 66, 66, 16), name="x")
+    w = te.placeholder((3, 3, 16, 11), name="w")
+    rh, rw, rc = (te.reduce_axis((0, e), name=nm) for e, nm in ((3, "rh"), (3, "rw"), (16, "rc")))
+    conv = te.compute((1, 64, 64, 11), lambda b, h, v, c: te.sum(x[b, h + rh, v + rw, rc] * w[rh, rw, rc, c],
+                                                              axis=[rh, rw, rc]), name="conv")  # fmt: skip
+    assert "T.parallel" in scheduled_script(x, w, conv)
+    op = tftvm.op([x, w], [conv], name="sched_conv_11")
+    xv = rng.standard_normal((1, 66, 66, 16)).astype(np.float32)
+    wv = rng.standard_normal((3, 3, 16, 11)).astype(np.float32)
+    np.testing.assert_allclose(op(xv, wv).numpy(), tf.nn.conv2d(xv, wv, 1, "VALID").numpy(), rtol=1e-4, atol=1e-4)
