@@ -31,7 +31,8 @@ def scheduled_script(A, B, C) -> str:
     ("m", 24, 10, True),   # 10 classes of a None batch: rows and columns padded (12: 4-wide tiles)
     (9, 20, 17, True),     # 17 columns padded to 20
     (5, 6, 7, True),       # 7 columns padded to 8
-    (5, 6, 5, False),      # 5 columns: padding to 8 adds more than a quarter, parallel loop only
+    (5, 6, 5, True),       # 5 columns: padding to 8 adds more than a quarter; one 5-wide tile
+    (5, 6, 3, False),      # 3 columns: parallel loop only
 ])  # fmt: skip
 def test_matmul_matches_numpy(m, k, n, tiled, rng):
     A, B, C = matmul(te.var("m") if m == "m" else m, k, n)
@@ -200,15 +201,16 @@ def test_row_max_and_mean_over_the_last_axis_match_tf(rng):
                                    rtol=1e-4, atol=1e-4)  # fmt: skip
 
 
-def test_a_conv_of_11_channels_that_cannot_be_padded_still_runs_in_parallel(rng):
-    """11 columns would be padded to 12, but pad_einsum refuses a conv: the block keeps the
-    schedule it had before (parallel over pixels), not none at all (NASNetMobile's stem)."""
+def test_a_conv_of_11_channels_runs_in_one_tile_of_all_its_columns(rng):
+    """11 columns would be padded to 12, but pad_einsum refuses a conv: its register tiles take
+    all 11 columns (NASNetMobile's stem), in parallel, and write back exactly them."""
     x = te.placeholder((1, 66, 66, 16), name="x")
     w = te.placeholder((3, 3, 16, 11), name="w")
     rh, rw, rc = (te.reduce_axis((0, e), name=nm) for e, nm in ((3, "rh"), (3, "rw"), (16, "rc")))
     conv = te.compute((1, 64, 64, 11), lambda b, h, v, c: te.sum(x[b, h + rh, v + rw, rc] * w[rh, rw, rc, c],
                                                               axis=[rh, rw, rc]), name="conv")  # fmt: skip
-    assert "T.parallel" in scheduled_script(x, w, conv)
+    script = scheduled_script(x, w, conv)
+    assert "T.parallel" in script and "_local" in script
     op = tftvm.op([x, w], [conv], name="sched_conv_11")
     xv = rng.standard_normal((1, 66, 66, 16)).astype(np.float32)
     wv = rng.standard_normal((3, 3, 16, 11)).astype(np.float32)
