@@ -204,9 +204,7 @@ def _contiguous_reduction_width(stmt, loops, spatial, lanes) -> int | None:
     over the head dim), else None. Its extent must be static and a multiple of the width."""
     from tvm import tirx
 
-    if spatial == len(loops) or len(stmt.writes) != 1:
-        return None
-    if any(int(iv.iter_type) != 2 for iv in stmt.iter_vars[spatial:]):  # 2: commutative reduce
+    if not _one_reduction(stmt, loops, spatial):
         return None
     inner = stmt.iter_vars[-1]
     extent = inner.dom.extent
@@ -220,6 +218,13 @@ def _contiguous_reduction_width(stmt, loops, spatial, lanes) -> int | None:
     # one scalar add per lane, which at 16 lanes outweighed a dot product of 64 (4 vector steps).
     return next((w for w in (lanes, lanes // 2, lanes // 4) if w >= 4 and int(extent) % w == 0
                  and w * w <= 2 * int(extent)), None)
+
+
+def _one_reduction(stmt, loops, spatial) -> bool:
+    """Spatial loops then commutative reduction loops, one output buffer."""
+    if spatial == len(loops) or len(stmt.writes) != 1:
+        return False
+    return all(int(iv.iter_type) == 2 for iv in stmt.iter_vars[spatial:])  # 2: commutative reduce
 
 
 def _columns_contiguous(stmt, spatial) -> bool:
@@ -291,15 +296,13 @@ def _tileable_reduction(sch, stmt, loops, spatial, lanes) -> bool:
     width, or from 4 to two vectors (padded to tiles, or taken as one tile)."""
     from tvm import tirx
 
-    if spatial < 2 or spatial == len(loops) or len(stmt.writes) != 1:
-        return False
-    if any(int(iv.iter_type) != 2 for iv in stmt.iter_vars[spatial:]):  # 2: commutative reduce
+    if spatial < 2 or not _one_reduction(stmt, loops, spatial):
         return False
     cols = sch.get(loops[spatial - 1]).extent
     return isinstance(cols, tirx.IntImm) and (tile_width(int(cols), lanes) is not None or 4 <= int(cols) <= 2 * lanes)
 
 
-def padded_columns(cols: int, lanes: int) -> int | None:
+def _padded_columns(cols: int, lanes: int) -> int | None:
     """A column count that no tile width divides, padded for the widest tile that adds at most
     a quarter more columns (30 -> 32, 17 -> 20, 10 -> 12); None where none does (5 -> 8)."""
     for width in (2 * lanes, lanes, lanes // 2, lanes // 4):
@@ -326,7 +329,7 @@ def _tile_reduction(sch, block, loops, spatial, lanes, parallel) -> None:
 
     rows = sch.get(loops[spatial - 2]).extent
     cols = int(sch.get(loops[spatial - 1]).extent)
-    padded_cols = cols if tile_width(cols, lanes) else padded_columns(cols, lanes) or cols
+    padded_cols = cols if tile_width(cols, lanes) else _padded_columns(cols, lanes) or cols
     row_factor = 1 if isinstance(rows, tirx.IntImm) else TILE_ROWS
     copies = []
     if padded_cols != cols or row_factor > 1:
