@@ -33,7 +33,11 @@ CASES = {
     "Erf": (tf.math.erf, [(5,)]),
     "BiasAdd": (tf.nn.bias_add, [(2, 3, 4), (4,)]),
     "MatMul": (lambda a, b: tf.matmul(a, b, transpose_b=True), [(3, 4), (5, 4)]),
+    "MatMul/tiled": (lambda a, b: tf.matmul(a, b, transpose_b=True), [(3, 8), (16, 8)]),
     "BatchMatMulV2": (lambda a, b: tf.linalg.matmul(a, b, adjoint_a=True), [(2, 4, 3), (2, 4, 5)]),
+    "BatchMatMulV2/adj_y": (lambda a, b: tf.linalg.matmul(a, b, adjoint_b=True), [(2, 5, 4), (2, 7, 4)]),
+    "BatchMatMulV2/tiled": (lambda a, b: tf.linalg.matmul(a, b, adjoint_b=True), [(2, 3, 8), (2, 16, 8)]),
+    "BatchMatMulV2/broadcast": (lambda a, b: tf.linalg.matmul(a, b, adjoint_b=True), [(2, 5, 4), (1, 7, 4)]),
     "Softmax": (tf.nn.softmax, [(3, 6)]),
     "LogSoftmax": (tf.nn.log_softmax, [(3, 6)]),
     "Sum": (lambda x: tf.reduce_sum(x, axis=1), [(3, 4, 2)]),
@@ -124,6 +128,7 @@ NONE_CASES = {
     "Conv2D": (CASES["Conv2D"][0], CASES["Conv2D"][1], [0]),
     "DepthwiseConv2dNative": (CASES["DepthwiseConv2dNative"][0], CASES["DepthwiseConv2dNative"][1], [0]),
     "Fill": (lambda x: x + tf.fill([4], 2.5), [(3, 4)], [0]),
+    "BatchMatMulV2/broadcast": (CASES["BatchMatMulV2/broadcast"][0], CASES["BatchMatMulV2/broadcast"][1], [0]),
     "Reshape": (lambda x: tf.reshape(x, [-1, 12]), [(2, 3, 4)], [0]),
     "StridedSlice": (lambda x: x[:, ::2] + x[:, 1:3] * x[:, -2:], [(3, 4)], [0]),
 }
@@ -231,3 +236,19 @@ def test_filled_shape_from_an_input_dim_alone(rng):
     feeds = [[rng.standard_normal((n, 2)).astype(F)] for n in (1, 4)]
     program = check_converter(zeros, [tf.TensorSpec([None, 2], F)], feeds, "Fill")
     assert any(k.signature.inputs and k.signature.inputs[0].scalar for k in program.kernels)
+
+
+@pytest.mark.parametrize("keys, depth, dots", [(30, 128, True), (17, 8, True), (32, 8, False), (32, 128, True)])
+def test_q_times_k_transposed_runs_as_dot_products_where_they_pay(keys, depth, dots, rng):
+    """A·Bᵀ of a computed B: dot products of rows in one einsum kernel where the keys do not
+    fill whole vectors or the dots are long (a transpose of 30 keys alone took 3x the time of
+    the dot products), a transpose and a matmul over whole vectors of keys otherwise."""
+    fn = lambda q, k: tf.linalg.matmul(q, k, transpose_b=True)  # noqa: E731
+    shapes = [(2, 6, depth), (2, keys, depth)]
+    nodes, inputs, outputs, _ = graph_of(fn, shapes)
+    mod = to_relax(nodes, inputs, outputs)
+    text = mod.script()
+    assert ("einsum" in text, "permute_dims" in text) == (dots, not dots), text
+    program = RelaxProgram(mod, name=f"convert_qk_{keys}x{depth}")
+    args = [rng.standard_normal(s).astype(F) for s in shapes]
+    np.testing.assert_allclose(program(*args).numpy(), fn(*args).numpy(), rtol=2e-5, atol=2e-5)

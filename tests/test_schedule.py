@@ -4,7 +4,7 @@ import pytest
 import tensorflow as tf
 import tftvm
 import tvm
-from tftvm.schedule import default_cpu_schedule
+from tftvm.schedule import default_cpu_schedule, default_cpu_trace
 from tvm import te
 
 
@@ -166,17 +166,22 @@ def test_an_elementwise_chain_runs_as_one_loop_but_stays_out_of_a_reduction(rng)
     np.testing.assert_allclose(op(xv, wv).numpy(), want, rtol=1e-4, atol=1e-4)
 
 
-@pytest.mark.parametrize("b, m, n, k", [(3, 17, 17, 64), (2, 30, 30, 128), (2, 5, 40, 32)])
-def test_dot_products_along_contiguous_rows_are_vectorized_along_the_rows(b, m, n, k, rng):
+@pytest.mark.parametrize("b, m, n, k, block", [(3, 17, 17, 64, [17]), (2, 30, 30, 128, [5, 5]),
+                                               (2, 5, 40, 32, [5, 5])])
+def test_dot_products_along_contiguous_rows_are_vectorized_along_the_rows(b, m, n, k, block, rng):
     """Q·Kᵀ reads both operands along their last axis: tiled along the keys (the output's last
     axis), every vector would be gathered at a row's stride; each output instead accumulates a
-    vector of partial sums along its row (rfactor), for 17 or 30 keys too (no tile fits)."""
+    vector of partial sums along its row (rfactor), for 17 or 30 keys too (no tile fits). A task
+    computes a block of queries x keys (`block`, unrolled) so each vector loaded serves several."""
     a = te.placeholder((b, m, k), name="a")
     bt = te.placeholder((b, n, k), name="bt")
     r = te.reduce_axis((0, k), name="r")
     out = te.compute((b, m, n), lambda i, x, y: te.sum(a[i, x, r] * bt[i, y, r], axis=r), name="out")
     script = default_cpu_schedule(tvm.IRModule({"f": te.create_prim_func([a, bt, out])})).script()
     assert 'T.sblock("out_rf_update")' in script and "T.vectorized" in script
+    sch = default_cpu_trace(tvm.IRModule({"f": te.create_prim_func([a, bt, out])}))
+    loops = [sch.get(loop) for loop in sch.get_loops(sch.get_sblock("out_rf_update"))]
+    assert [int(loop.extent) for loop in loops if loop.kind == tvm.tirx.ForKind.UNROLLED] == block
     op = tftvm.op([a, bt], [out], name=f"sched_qk_{b}x{m}x{n}x{k}")
     av = rng.standard_normal((b, m, k)).astype(np.float32)
     bv = rng.standard_normal((b, n, k)).astype(np.float32)
