@@ -16,6 +16,7 @@ PROMISES = {
     "05_optimize_keras": "the saved and reloaded model matches too",
     "06_tuning": "a new op with database= compiles the tuned schedule",
     "07_codegen": "BiasGelu: 3 tests passed",
+    "08_enable": "with tftvm.enable(), fit and predict match TF",
 }
 
 

@@ -6,6 +6,7 @@ a Transformer block. `python benchmarks/zoo.py` runs every family.
 """
 import sys
 
+import numpy as np
 import pytest
 
 from conftest import ROOT
@@ -43,3 +44,18 @@ def test_model_matches_keras_with_most_compute_in_tvm(built, name, path):
     if name in MIN_IN_TVM:
         summary = compiled.summary()
         assert summary.failed_clusters == [] and summary.fraction >= MIN_IN_TVM[name], compiled.report()
+
+
+# Through tftvm.enable()'s pass (variables stay variables; While bodies stay in TF for now).
+MIN_IN_TVM_ENABLED = {"MobileNetV2": 0.95, "Transformer block": 0.9, "two-input": 0.95, "LSTM": 0.25}
+
+
+@pytest.mark.parametrize("name", sorted(MIN_IN_TVM_ENABLED))
+def test_model_under_enable_matches_keras_with_most_compute_in_tvm(built, name):
+    import tftvm
+
+    model, signature, make_inputs = built(name)
+    with_pass = zoo.WithPass(model, signature, make_inputs(np.random.default_rng(1), 2))
+    assert not tftvm.is_enabled()
+    assert zoo.check(model, with_pass, make_inputs, batches=(1, 3)) <= 1e-4
+    assert with_pass.summary().fraction >= MIN_IN_TVM_ENABLED[name], tftvm.enabled_report()

@@ -13,6 +13,7 @@ _os.environ.setdefault("TVM_THREAD_POOL_SPIN_COUNT", "1000")
 
 from .codegen import codegen  # noqa: E402
 from .compiled_model import CompiledModel, compile_model, load_model  # noqa: E402
+from .enable_pass import disable, enable, enabled, enabled_report, is_enabled  # noqa: E402
 from .graph.optimize import optimize  # noqa: E402
 from .kernel import Kernel  # noqa: E402
 from .op import TvmOp, load_op, op  # noqa: E402
@@ -29,8 +30,11 @@ try:
     from . import native as _native
 
     _native.load()
+    from .enable_pass import enable_from_environment as _enable_from_environment
+
+    _enable_from_environment()
 except Exception as _err:  # noqa: BLE001  import must not fail: `tftvm doctor` explains
     import logging as _logging
 
     _logging.getLogger(__name__).warning("tftvm bridge library unavailable: %s", _err)
-__all__ = ["CompiledModel", "Kernel", "allow_embedded_modules", "codegen", "compile_model", "load_model", "embedded_modules_allowed", "Signature", "TensorSig", "TvmOp", "load_op", "load_saved_model", "op", "optimize", "tune"]
+__all__ = ["CompiledModel", "Kernel", "allow_embedded_modules", "codegen", "compile_model", "disable", "enable", "enabled", "enabled_report", "is_enabled", "load_model", "embedded_modules_allowed", "Signature", "TensorSig", "TvmOp", "load_op", "load_saved_model", "op", "optimize", "tune"]

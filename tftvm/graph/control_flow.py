@@ -192,7 +192,7 @@ def _with_constants(body, constants, keep):
     (the tensors in `keep` stay)."""
     import tensorflow as tf
 
-    from .freeze import _fold_constants
+    from .freeze import fold_constants
 
     out = tf.compat.v1.GraphDef()
     out.CopyFrom(body)
@@ -206,7 +206,7 @@ def _with_constants(body, constants, keep):
     graph = tf.Graph()
     with graph.as_default():
         tf.graph_util.import_graph_def(out, name="")
-    folded = _fold_constants(graph, keep)
+    folded = fold_constants(graph, keep)
     folded.library.CopyFrom(body.library)
     return folded
 

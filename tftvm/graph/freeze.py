@@ -30,7 +30,7 @@ def freeze(fn, input_signature) -> FrozenGraph:
     frozen = convert_to_constants.convert_variables_to_constants_v2(concrete, lower_control_flow=False)
     inputs = [t.name for t in frozen.inputs]
     outputs = [t.name for t in frozen.outputs]
-    graph_def = _fold_constants(inline_graph(frozen.graph), outputs)  # nested jit calls too
+    graph_def = fold_constants(inline_graph(frozen.graph), outputs)  # nested jit calls too
     graph = tf.Graph()
     with graph.as_default():
         tf.graph_util.import_graph_def(graph_def, name="")
@@ -38,7 +38,7 @@ def freeze(fn, input_signature) -> FrozenGraph:
                        [graph.get_tensor_by_name(t) for t in outputs], concrete.structured_outputs)  # fmt: skip
 
 
-def _fold_constants(graph, outputs):
+def fold_constants(graph, outputs):
     """Grappler's constant folding only (as TF-TRT runs it): e.g. Shape of a static tensor
     becomes a Const, so the Reshape fed by it can be converted."""
     import tensorflow as tf

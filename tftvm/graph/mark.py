@@ -5,7 +5,9 @@ from .convert import CONVERTERS
 
 SUPPORTED_DTYPES = {"float16", "bfloat16", "float32", "float64", "int8", "int16", "int32", "int64",
                     "uint8", "uint16", "uint32", "uint64", "bool"}  # fmt: skip
-NOT_COMPUTE = {"Const", "Identity", "NoOp", "Placeholder"}  # do not count toward cluster size
+# Not counted as compute (cluster sizes, the report's share): a variable's read is to a graph
+# that keeps its variables (enable()'s pass, loop bodies) what a Const is to a frozen one.
+NOT_COMPUTE = {"Const", "Identity", "NoOp", "Placeholder", "ReadVariableOp"}
 
 
 def reason_unsupported(node, graph) -> str | None:

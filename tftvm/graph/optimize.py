@@ -102,13 +102,14 @@ def optimize(fn, input_signature=None, *, cache_size: int = 8, min_cluster_size:
 
 
 def offload(frozen, *, min_cluster_size=3, max_clusters=None, allow=None, deny=None, strict=False,
-            target=None, progress=None, database=None, keep_faster=False):  # fmt: skip
+            target=None, progress=None, database=None, keep_faster=False, kept=None):  # fmt: skip
     """Mark, partition and compile the nodes of `frozen` (the main graph or a loop body):
-    (clusters, reasons, run), `run` being a Python function of its inputs that replays it."""
+    (clusters, reasons, run), `run` being a Python function of its inputs that replays it.
+    `kept` ({node name: why}) names nodes that must stay TF nodes."""
     nodes = list(frozen.graph_def.node)
     reasons = {}
     for n in nodes:
-        why = mark.reason_unsupported(n, frozen.graph)
+        why = mark.reason_unsupported(n, frozen.graph) or (kept or {}).get(n.name)
         if why is None and allow is not None and n.op not in allow and n.op not in mark.NOT_COMPUTE:
             why = "not in the allow list"
         if why is None and deny is not None and n.op in deny:

@@ -60,7 +60,11 @@ def replay(frozen, steps, order):
         done = {name.split(":")[0]: [arg.op] for name, arg in env.items()}  # node -> its ops now
         for step in order:
             if isinstance(step, ClusterStep):
-                result = run_cluster(step, [env[t] for t in step.inputs])
+                # A scope of its own: the ops a cluster creates (TvmCall, a size switch's cond)
+                # must not take the names of graph nodes replayed after it (TF finds a
+                # function's control outputs by name).
+                with tf.name_scope(f"tftvm_cluster{step.index}"):
+                    result = run_cluster(step, [env[t] for t in step.inputs])
                 env.update(zip(step.outputs, result))
                 done.update((n.name, [t.op for t in result]) for n in step.nodes)
                 continue
@@ -85,8 +89,11 @@ def replay(frozen, steps, order):
                 new_op._add_control_inputs(deps)  # TF-internal, what TF's auto control deps use
             env.update((t.name, v) for t, v in zip(op.outputs, imported))
             done[node.name] = [new_op]
+            if new_op.name != node.name:  # TF took the name (a scope of that name came first)
+                run.renamed[new_op.name] = node.name
         return [env[t.name] for t in frozen.outputs]
 
+    run.renamed = {}  # replayed node's name -> its original name, where TF had to change it
     return run
 
 

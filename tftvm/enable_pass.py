@@ -1,0 +1,108 @@
+"""`tftvm.enable()`: TVM for an unchanged script, through TF's own graph optimization passes.
+
+While enabled, every graph TF instantiates (a tf.function's first call per input signature,
+Keras predict/fit/evaluate, a loaded SavedModel's signatures) goes through tftvm's pass
+(`_native/graph_pass.cc`), which hands it to `graph.function_pass`: the same pipeline,
+kernel cache and tuning database as `tftvm.optimize`. A failure in the pass leaves that graph
+to TF and says why in the log and in `enabled_report()`.
+"""
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+import threading
+
+log = logging.getLogger(__name__)
+
+_state = threading.Lock()
+_options: dict = {}
+_rewrites: list = []  # function_pass.Rewrite per graph the pass saw, in order
+
+
+def enable(*, min_cluster_size: int = 3, max_clusters: int | None = None, allow: set | None = None,
+           deny: set | None = None, target=None, database=None, keep_faster=None) -> None:  # fmt: skip
+    """Offload the TVM-convertible parts of every graph TF runs from now on; the options are
+    `tftvm.optimize`'s. Graphs TF already instantiated keep running as they were."""
+    import tvm_ffi
+
+    from . import native
+    from .graph import measure
+
+    native.load()
+    with _state:
+        _options.clear()
+        _options.update(min_cluster_size=min_cluster_size, max_clusters=max_clusters, allow=allow, deny=deny,
+                        target=target, database=database, keep_faster=measure.enabled(keep_faster))  # fmt: skip
+        tvm_ffi.register_global_func("tftvm.graph_pass", _graph_pass, override=True)
+        tvm_ffi.get_global_func("tftvm.set_graph_pass_enabled")(True)
+    log.info("tftvm pass enabled")
+
+
+def disable() -> None:
+    """Graphs TF instantiates from now on run in TF alone."""
+    import tvm_ffi
+
+    setter = tvm_ffi.get_global_func("tftvm.set_graph_pass_enabled", allow_missing=True)
+    if setter is not None:
+        setter(False)
+
+
+def is_enabled() -> bool:
+    import tvm_ffi
+
+    getter = tvm_ffi.get_global_func("tftvm.graph_pass_enabled", allow_missing=True)
+    return bool(getter is not None and getter())
+
+
+@contextlib.contextmanager
+def enabled(**options):
+    """`with tftvm.enabled(): ...`: enabled inside the block, as it was after it."""
+    was = is_enabled()
+    previous = dict(_options)
+    enable(**options)
+    try:
+        yield
+    finally:
+        if was:
+            enable(**previous)
+        else:
+            disable()
+
+
+def rewrites() -> list:
+    """What the pass did, as data: a `graph.function_pass.Rewrite` per graph it converted
+    (function name, seconds, offloaded and compute node counts, report, error)."""
+    return list(_rewrites)
+
+
+def enabled_report() -> str:
+    """What the pass did, per graph: offloaded compute nodes, compile time, and optimize's
+    report (clusters, and why the rest stayed in TF)."""
+    if not _rewrites:
+        return "tftvm pass: no graph converted yet"
+    parts = []
+    for r in list(_rewrites):
+        head = f"{r.function}: {r.offloaded} of {r.compute_nodes} compute nodes offloaded in {r.seconds:.2f} s"
+        parts.append(f"{head}\n  error: {r.error}" if r.error else f"{head}\n{r.report}")
+    return "\n\n".join(parts)
+
+
+def _graph_pass(graph_def: bytes, function_def: bytes) -> bytes:
+    from .graph import function_pass
+
+    try:
+        rewritten, done = function_pass.rewrite(bytes(graph_def), bytes(function_def), dict(_options))
+    except Exception as err:  # noqa: BLE001  the user's program must run on: this graph stays in TF
+        log.warning("tftvm pass: the graph runs in TF: %s: %s", type(err).__name__, err)
+        _rewrites.append(function_pass.Rewrite("graph", 0.0, 0, 0, "", f"{type(err).__name__}: {err}"))
+        return b""
+    if done is not None:
+        _rewrites.append(done)
+    return rewritten
+
+
+def enable_from_environment() -> None:
+    """`TFTVM_ENABLE=1` turns the pass on at `import tftvm`, for a script left unchanged."""
+    if os.environ.get("TFTVM_ENABLE", "").strip().lower() in ("1", "true", "yes", "on"):
+        enable()

@@ -1,0 +1,193 @@
+"""What `tftvm.enable()`'s pass does to one graph TF is about to run.
+
+TF hands over a function's graph as it will execute it: arguments are `_Arg` nodes, results
+`_Retval` nodes, variables are resource arguments read by `ReadVariableOp` (they stay
+variables: a training step still updates them). The graph goes through the same pipeline as
+`optimize` (mark -> partition -> convert -> compile, `offload`), with the arguments as
+placeholders, and comes back with each compiled cluster replaced by its TvmCall nodes.
+"""
+from __future__ import annotations
+
+import dataclasses
+import logging
+import time
+
+from . import mark
+from .convert import CONVERTERS
+from .inline import inline_calls
+from .freeze import FrozenGraph, fold_constants
+
+log = logging.getLogger(__name__)
+
+# Graphs left alone: tf.data's functions (map, filter, ...) run per element on tf.data's
+# threads, input pipelines rather than model compute; TF wraps some single eager ops in a
+# function of one node each.
+SKIPPED_FUNCTIONS = ("__inference_Dataset_", "__wrapped__")
+
+
+@dataclasses.dataclass
+class Rewrite:
+    """What the pass did to one graph: `report` is optimize's report of it."""
+
+    function: str
+    seconds: float
+    offloaded: int
+    compute_nodes: int
+    report: str
+    error: str | None = None
+
+
+def rewrite(graph_def_bytes: bytes, function_def_bytes: bytes, options: dict) -> tuple[bytes, Rewrite | None]:
+    """The rewritten GraphDef (empty where nothing is offloaded) and what was done."""
+    import tensorflow as tf
+    from tensorflow.core.framework.function_pb2 import FunctionDef
+
+    from . import report
+    from .optimize import offload
+
+    function_def = FunctionDef.FromString(function_def_bytes)
+    name = function_def.signature.name
+    if name.startswith(SKIPPED_FUNCTIONS):
+        return b"", None
+    start = time.perf_counter()
+    # Keras calls its step function from another (train_function -> one_step_on_data): TF
+    # inlines such calls only after this pass, so the pass inlines them itself.
+    graph_def = inline_calls(tf.compat.v1.GraphDef.FromString(graph_def_bytes))
+    if not any(n.op in CONVERTERS and n.op not in mark.NOT_COMPUTE for n in graph_def.node):
+        return b"", None  # nothing TVM could convert: not worth building a Python graph
+    frozen, args, results = _as_frozen(graph_def, function_def)
+    # TF finds the function's control outputs by name after the pass: they stay TF nodes.
+    kept = {n: "a control output of the function" for n in function_def.control_ret.values()}
+    clusters, reasons, run = offload(frozen, **options, kept=kept)
+    if not clusters:
+        return b"", None
+    summary = report.summarize(frozen, clusters, reasons)
+    done = Rewrite(name, 0.0, summary.offloaded, summary.compute_nodes,
+                   report.format_report(frozen, clusters, reasons))  # fmt: skip
+    if summary.offloaded:
+        rewritten = _with_clusters(run, args, results, graph_def, function_def).SerializeToString()
+    else:
+        rewritten = b""
+    done.seconds = time.perf_counter() - start
+    log.info("%s: %d of %d compute nodes offloaded in %.2f s", name, done.offloaded, done.compute_nodes, done.seconds)
+    return rewritten, done
+
+
+def _as_frozen(graph_def, function_def):
+    """`graph_def` with its `_Arg` nodes as placeholders (shapes from the function's argument
+    attrs where TF recorded them; a variable's handle keeps its value's dtype and shape, so
+    what reads it has a shape), without its `_Retval` nodes, and constant-folded as freeze
+    folds (the Shape of a static tensor feeding a Reshape): (FrozenGraph, the `_Arg` nodes in
+    index order, the `_Retval` nodes in index order)."""
+    args = sorted((n for n in graph_def.node if n.op == "_Arg"), key=lambda n: n.attr["index"].i)
+    results = sorted((n for n in graph_def.node if n.op == "_Retval"), key=lambda n: n.attr["index"].i)
+    outputs = [_tensor_name(r.input[0]) for r in results]
+    graph, inputs = _imported(graph_def, args, function_def)
+    graph, inputs = _imported(fold_constants(graph, outputs + list(function_def.control_ret.values())),
+                              args, function_def)  # fmt: skip
+    return FrozenGraph(graph, graph.as_graph_def(), inputs, [graph.get_tensor_by_name(t) for t in outputs],
+                       None), args, results  # fmt: skip
+
+
+def _imported(graph_def, args, function_def):
+    """A tf.Graph of `graph_def`'s nodes but its arguments (and results), which become
+    placeholders (`_placeholders`): (graph, placeholders)."""
+    import tensorflow as tf
+
+    arg_names = {a.name for a in args}
+    rest = tf.compat.v1.GraphDef()
+    rest.versions.CopyFrom(graph_def.versions)
+    rest.library.CopyFrom(graph_def.library)
+    rest.node.extend(n for n in graph_def.node if n.op != "_Retval" and n.name not in arg_names)
+    # Colocation with an argument (an iterator's IteratorGetNext) names a node this import
+    # does not hold; the placer colocates a resource's users with it anyway.
+    arg_locations = {f"loc:@{name}".encode() for name in arg_names}
+    for node in rest.node:
+        if "_class" in node.attr:
+            kept = [c for c in node.attr["_class"].list.s if c not in arg_locations]
+            del node.attr["_class"].list.s[:]
+            node.attr["_class"].list.s.extend(kept)
+            if not kept:
+                del node.attr["_class"]
+    used = {_tensor_name(i) for n in rest.node for i in n.input if not i.startswith("^")}
+    graph = tf.Graph()
+    with graph.as_default():
+        inputs = _placeholders(args, function_def)
+        tf.graph_util.import_graph_def(rest, input_map={t.name: t for t in inputs if t.name in used}, name="")
+    return graph, inputs
+
+
+def _placeholders(args, function_def) -> list:
+    """A placeholder per `_Arg`, named as it, of its dtype and traced shape (a resource with
+    its variable's dtype and shape as handle data)."""
+    import tensorflow as tf
+    from tensorflow.core.framework import cpp_shape_inference_pb2
+    from tensorflow.python.ops import handle_data_util
+
+    out = []
+    for arg in args:
+        dtype = tf.dtypes.as_dtype(arg.attr["T"].type)
+        t = tf.compat.v1.placeholder(dtype, tf.TensorShape(_arg_shape(arg, function_def)), name=arg.name)
+        if dtype == tf.resource and arg.attr["_handle_dtypes"].list.type:
+            data = cpp_shape_inference_pb2.CppShapeInferenceResult.HandleData(is_set=True)
+            for handle_dtype, shape in zip(arg.attr["_handle_dtypes"].list.type, arg.attr["_handle_shapes"].list.shape):
+                data.shape_and_type.add(dtype=handle_dtype, shape=shape)
+            handle_data_util.set_handle_data(t, data)
+        out.append(t)
+    return out
+
+
+def _arg_shape(node, function_def):
+    """The argument's shape as TF traced it (`_output_shapes` of the function's arg attrs,
+    or of the node), else unknown."""
+    import tensorflow as tf
+
+    index = node.attr["index"].i
+    for attrs in ([function_def.arg_attr[index].attr] if index in function_def.arg_attr else []) + [node.attr]:
+        if "_output_shapes" in attrs and attrs["_output_shapes"].list.shape:
+            return attrs["_output_shapes"].list.shape[0]
+    return tf.TensorShape(None).as_proto()
+
+
+def _tensor_name(name: str) -> str:
+    return name if ":" in name else f"{name}:0"
+
+
+def _with_clusters(run, args, results, original, function_def):
+    """The graph `run` builds (TF nodes replayed, clusters as TvmCall nodes), with `_Arg` and
+    `_Retval` nodes where TF expects them."""
+    import tensorflow as tf
+
+    graph = tf.Graph()
+    with graph.as_default():
+        outputs = run(*_placeholders(args, function_def))
+    graph_def = graph.as_graph_def()
+    by_name = {a.name: a for a in args}
+    for node in graph_def.node:
+        if node.op == "Placeholder" and node.name in by_name:
+            node.CopyFrom(by_name[node.name])  # the _Arg itself: its index, type and device
+    for result, tensor in zip(results, outputs):
+        node = graph_def.node.add()
+        node.CopyFrom(result)
+        node.input[0] = tensor.name[:-2] if tensor.name.endswith(":0") else tensor.name
+    graph_def.library.MergeFrom(original.library)
+    _restore_names(graph_def, run.renamed)
+    return graph_def
+
+
+def _restore_names(graph_def, renamed: dict) -> None:
+    """Give replayed nodes back the names TF made unique (a node `X` replayed after nodes in
+    scope `X/` became `X_1`): TF finds a function's control outputs by name."""
+    taken = {n.name for n in graph_def.node}
+    renamed = {new: old for new, old in renamed.items() if old not in taken}
+    if not renamed:
+        return
+
+    def fixed(ref: str) -> str:
+        control, name = ref.startswith("^"), ref.lstrip("^")
+        node, sep, port = name.partition(":")
+        return ("^" if control else "") + renamed.get(node, node) + sep + port
+
+    for node in graph_def.node:
+        node.name = renamed.get(node.name, node.name)
+        node.input[:] = [fixed(i) for i in node.input]
