@@ -171,3 +171,25 @@ def test_tftvm_enable_environment_variable_turns_the_pass_on_for_an_unchanged_sc
     done = run_python(script, env={"TFTVM_ENABLE": "1", "TFTVM_KEEP_FASTER": "0"})
     assert done.returncode == 0, done.stderr[-3000:]
     assert "True" in done.stdout and "offloaded to TVM: 4" in done.stdout, done.stdout
+
+
+class Dense(tf.Module):
+    def __init__(self, w, b):
+        self.w, self.b = tf.Variable(w), tf.Variable(b)
+
+    @tf.function(input_signature=[tf.TensorSpec([None, 16], tf.float32)])
+    def __call__(self, x):
+        return tf.nn.relu(tf.matmul(x, self.w) + self.b) * 2.0
+
+
+def test_a_loaded_saved_models_signature_goes_through_the_pass_with_a_none_batch(tmp_path, rng):
+    w = rng.standard_normal((16, 8)).astype(np.float32)
+    b = rng.standard_normal(8).astype(np.float32)
+    tf.saved_model.save(Dense(w, b), str(tmp_path / "dense"))
+    with tftvm.enabled(**OPTIONS):
+        loaded = tf.saved_model.load(str(tmp_path / "dense"))
+        for batch in (3, 5):  # one graph, its batch symbolic
+            x = rng.standard_normal((batch, 16)).astype(np.float32)
+            np.testing.assert_allclose(loaded(x).numpy(), np.maximum(x @ w + b, 0) * 2.0, rtol=1e-5, atol=1e-5)
+    report = tftvm.enabled_report()
+    assert "restored_function_body" in report and "inputs (None, 16)" in report, report
