@@ -79,14 +79,22 @@ class Context:
                 "type": lambda: _dtype_name(a.type)}.get(kind, lambda: None)()  # fmt: skip
 
     def constant(self, node, index: int) -> np.ndarray:
-        name = _tensor_name(node.input[index])
+        name = tensor_name(node.input[index])
         if name not in self.constants:
             raise Unsupported(f"input {index} of {node.op} must be a constant (it is {name})")
         return self.constants[name]
 
 
-def _tensor_name(name: str) -> str:
+def tensor_name(name: str) -> str:
     return name if ":" in name else name + ":0"
+
+
+def dims_equal(a, b) -> bool:
+    """Whether two shapes are provably the same (equal static dims, the same symbols)."""
+    from tvm.sym.analyzer import Analyzer
+
+    analyzer = Analyzer()
+    return len(a) == len(b) and all(analyzer.can_prove_equal(x, y) for x, y in zip(a, b))
 
 
 def _dtype_name(enum) -> str:
@@ -277,15 +285,7 @@ def _rows_by_rows(a, b) -> bool:
 
     from ..schedule import vector_lanes
 
-    if isinstance(b, Constant):
-        return False
-
-    def same(x, y):
-        both_static = isinstance(x, tirx.IntImm) and isinstance(y, tirx.IntImm)
-        return int(x) == int(y) if both_static else x.same_as(y)
-
-    batch_a, batch_b = list(a.ty.shape)[:-2], list(b.ty.shape)[:-2]
-    if len(batch_a) != len(batch_b) or not all(same(x, y) for x, y in zip(batch_a, batch_b)):
+    if isinstance(b, Constant) or not dims_equal(list(a.ty.shape)[:-2], list(b.ty.shape)[:-2]):
         return False
     depth, cols = b.ty.shape[-1], b.ty.shape[-2]
     lanes = vector_lanes(str(b.ty.dtype))
@@ -467,7 +467,7 @@ def to_relax(nodes, inputs, outputs, constants=None):
     params, env = [], {}
     for i, (name, dtype, shape) in enumerate(inputs):
         params.append(relax_param(i, dtype, shape))
-        env[_tensor_name(name)] = params[-1]
+        env[tensor_name(name)] = params[-1]
     with bb.function("main", params):
         with bb.dataflow():
             for node in nodes:
@@ -481,7 +481,7 @@ def to_relax(nodes, inputs, outputs, constants=None):
                 why = convert_node(ctx, env, node)
                 if why is not None:
                     raise Unsupported(why, node.name)
-            result = [env[_tensor_name(o)] for o in outputs]
+            result = [env[tensor_name(o)] for o in outputs]
             if any(isinstance(r, ShapeValue) for r in result):
                 raise Unsupported("a cluster output is a shape value")
             out = bb.emit_output(result[0] if len(result) == 1 else relax.Tuple(result))
@@ -493,7 +493,7 @@ def convert_node(ctx, env: dict, node) -> str | None:
     """Convert `node` (its op has a converter) into `ctx.bb`'s function, its outputs into `env`:
     None on success, else why it stays in TF. A converter's failure costs this node, never
     its cluster or model."""
-    data_inputs = [_tensor_name(i) for i in node.input if not i.startswith("^")]
+    data_inputs = [tensor_name(i) for i in node.input if not i.startswith("^")]
     missing = [i for i in data_inputs if i not in env]
     if missing:  # an input only TF can produce (e.g. a string)
         return f"input {missing[0]} is not a TVM value"

@@ -3,18 +3,11 @@ from __future__ import annotations
 
 import numpy as np
 
-from .convert import ShapeValue, Unsupported, _relax, _shape_operand, _simplify, _static_dims, converts
+from .convert import ShapeValue, Unsupported, _relax, _shape_operand, _simplify, _static_dims, converts, dims_equal
 
 
 def _is_int(dtype: str) -> bool:
     return dtype.startswith(("int", "uint"))
-
-
-def _same_dims(a, b) -> bool:
-    from tvm.sym.analyzer import Analyzer
-
-    analyzer = Analyzer()
-    return len(a) == len(b) and all(analyzer.can_prove_equal(x, y) for x, y in zip(a, b))
 
 
 def _check_bad_indices_policy(ctx, node, allowed=("", "DEFAULT", "ERROR")):
@@ -76,7 +69,7 @@ def _scatter_nd(ctx, node, indices, updates, shape):
     _check_bad_indices_policy(ctx, node, ("", "DEFAULT", "ERROR", "IGNORE"))
     shape = [int(d) for d in np.asarray(ctx.constant(node, 2)).reshape(-1)]
     batch, m = list(indices.ty.shape)[:-1], int(indices.ty.shape[-1])
-    if not _same_dims(batch + shape[m:], list(updates.ty.shape)):
+    if not dims_equal(batch + shape[m:], list(updates.ty.shape)):
         raise Unsupported("ScatterNd whose updates' dims are not provably indices' and shape's (TF "
                           "checks them at run time; the kernel would read past updates)")  # fmt: skip
     return _scatter(ctx, indices, updates, shape[:m], "add", 0)  # TF adds duplicate indices
@@ -101,7 +94,7 @@ def _reduction(kind: str, dtype: str):
 def _unsorted_segment(ctx, node, data, ids, num_segments):
     num = int(ctx.constant(node, 2))
     k = len(ids.ty.shape)
-    if not _same_dims(list(ids.ty.shape), list(data.ty.shape)[:k]):
+    if not dims_equal(list(ids.ty.shape), list(data.ty.shape)[:k]):
         raise Unsupported(f"{node.op} whose segment_ids shape is not provably data's leading dims "
                           "(TF checks it at run time; the kernel would read past data)")  # fmt: skip
     mode, identity = _reduction(node.op.removeprefix("UnsortedSegment"), ctx.attr(node, "T"))

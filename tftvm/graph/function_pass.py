@@ -13,8 +13,9 @@ import logging
 import time
 
 from . import mark
-from .convert import CONVERTERS
+from .convert import CONVERTERS, tensor_name
 from .inline import inline_calls
+from .rewrite import tensor_inputs
 from .freeze import FrozenGraph, fold_constants
 
 log = logging.getLogger(__name__)
@@ -62,13 +63,9 @@ def rewrite(graph_def_bytes: bytes, function_def_bytes: bytes, options: dict) ->
     if not clusters:
         return b"", None
     summary = report.summarize(frozen, clusters, reasons)
-    done = Rewrite(name, 0.0, summary.offloaded, summary.compute_nodes,
+    rewritten = _with_clusters(run, args, results, function_def).SerializeToString() if summary.offloaded else b""
+    done = Rewrite(name, time.perf_counter() - start, summary.offloaded, summary.compute_nodes,
                    report.format_report(frozen, clusters, reasons))  # fmt: skip
-    if summary.offloaded:
-        rewritten = _with_clusters(run, args, results, graph_def, function_def).SerializeToString()
-    else:
-        rewritten = b""
-    done.seconds = time.perf_counter() - start
     log.info("%s: %d of %d compute nodes offloaded in %.2f s", name, done.offloaded, done.compute_nodes, done.seconds)
     return rewritten, done
 
@@ -81,7 +78,7 @@ def _as_frozen(graph_def, function_def):
     index order, the `_Retval` nodes in index order)."""
     args = sorted((n for n in graph_def.node if n.op == "_Arg"), key=lambda n: n.attr["index"].i)
     results = sorted((n for n in graph_def.node if n.op == "_Retval"), key=lambda n: n.attr["index"].i)
-    outputs = [_tensor_name(r.input[0]) for r in results]
+    outputs = [tensor_name(r.input[0]) for r in results]
     graph, inputs = _imported(graph_def, args, function_def)
     graph, inputs = _imported(fold_constants(graph, outputs + list(function_def.control_ret.values())),
                               args, function_def)  # fmt: skip
@@ -109,7 +106,7 @@ def _imported(graph_def, args, function_def):
             node.attr["_class"].list.s.extend(kept)
             if not kept:
                 del node.attr["_class"]
-    used = {_tensor_name(i) for n in rest.node for i in n.input if not i.startswith("^")}
+    used = {t for n in rest.node for t in tensor_inputs(n)}
     graph = tf.Graph()
     with graph.as_default():
         inputs = _placeholders(args, function_def)
@@ -149,13 +146,9 @@ def _arg_shape(node, function_def):
     return tf.TensorShape(None).as_proto()
 
 
-def _tensor_name(name: str) -> str:
-    return name if ":" in name else f"{name}:0"
-
-
-def _with_clusters(run, args, results, original, function_def):
-    """The graph `run` builds (TF nodes replayed, clusters as TvmCall nodes), with `_Arg` and
-    `_Retval` nodes where TF expects them."""
+def _with_clusters(run, args, results, function_def):
+    """The graph `run` builds (TF nodes replayed, clusters as TvmCall nodes, the functions
+    they call in its library), with `_Arg` and `_Retval` nodes where TF expects them."""
     import tensorflow as tf
 
     graph = tf.Graph()
@@ -170,7 +163,6 @@ def _with_clusters(run, args, results, original, function_def):
         node = graph_def.node.add()
         node.CopyFrom(result)
         node.input[0] = tensor.name[:-2] if tensor.name.endswith(":0") else tensor.name
-    graph_def.library.MergeFrom(original.library)
     _restore_names(graph_def, run.renamed)
     return graph_def
 

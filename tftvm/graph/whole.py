@@ -194,7 +194,7 @@ def _fall_back(bb, frozen, env, run_in_tf, prefix, unit, reason) -> Fallback:
     names = {n.name for n in unit}
     feeds, fetches, outputs = [], [], []
     for n in unit:
-        for t in (convert._tensor_name(i) for i in n.input if not i.startswith("^")):
+        for t in (convert.tensor_name(i) for i in n.input if not i.startswith("^")):
             # An island computes its constants itself: TF's shape functions need their values.
             is_const = graph.get_tensor_by_name(t).op.type == "Const" and len(unit) > 1
             if t.split(":")[0] not in names and t in env and t not in feeds and not is_const:
