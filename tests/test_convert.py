@@ -98,6 +98,16 @@ CASES = {
     "Slice": (lambda x: tf.slice(x, [1, 0], [2, -1]), [(4, 5)]),
     "Split": (lambda x: tf.concat(tf.split(x, 2, axis=1)[::-1], axis=1), [(3, 4)]),
     "SplitV": (lambda x: tf.concat(tf.split(x, [1, -1, 2], axis=1)[::-1], axis=1), [(3, 6)]),
+    # What TF's gradients emit (a training step under tftvm.enable()).
+    "SigmoidGrad": (lambda y, dy: tf.raw_ops.SigmoidGrad(y=tf.sigmoid(y), dy=dy), [(3, 5), (3, 5)]),
+    "TanhGrad": (lambda y, dy: tf.raw_ops.TanhGrad(y=tf.tanh(y), dy=dy), [(3, 5), (3, 5)]),
+    "ReluGrad": (lambda g, x: tf.raw_ops.ReluGrad(gradients=g, features=x), [(4, 6), (4, 6)]),
+    "Relu6Grad": (lambda g, x: tf.raw_ops.Relu6Grad(gradients=g, features=x * 8.0), [(4, 6), (4, 6)]),
+    "RsqrtGrad": (lambda y, dy: tf.raw_ops.RsqrtGrad(y=tf.math.rsqrt(tf.abs(y) + 0.5), dy=dy), [(7,), (7,)]),
+    "SqrtGrad": (lambda y, dy: tf.raw_ops.SqrtGrad(y=tf.sqrt(tf.abs(y) + 0.5), dy=dy), [(7,), (7,)]),
+    "BiasAddGrad": (lambda g: tf.raw_ops.BiasAddGrad(out_backprop=g), [(2, 3, 4, 5)]),
+    "BiasAddGrad/NCHW": (lambda g: tf.raw_ops.BiasAddGrad(out_backprop=g, data_format="NCHW"), [(2, 3, 4, 5)]),
+    "DivNoNan": (lambda x, y: tf.math.divide_no_nan(x, tf.nn.relu(y)), [(4, 5), (5,)]),
 }
 
 

@@ -1,7 +1,7 @@
 """tftvm.enable(): TF's own graph optimization pass sends every graph TF runs through tftvm.
 
-Each test builds fresh tf.functions and Keras models: TF runs the pass once per function
-instantiation, so a function called before would keep its first graph."""
+TF runs the pass once per function instantiation (enable() and disable() make TF instantiate
+again); each test builds fresh tf.functions and Keras models all the same, to stand alone."""
 import threading
 
 import keras
@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 import tftvm
+from tftvm import enable_pass
 from conftest import run_python
 
 # keep_faster=False: the safety net would keep these small graphs in TF, where they are as fast.
@@ -44,20 +45,23 @@ PLACEMENT = """
 import sys, numpy as np, tensorflow as tf, tftvm
 tf.debugging.set_log_device_placement(True)  # TF's placer logs every node the runtime runs
 w = tf.Variable(np.ones((16, 8), np.float32))
-def step():
-    return tf.function(lambda x: tf.nn.relu(tf.matmul(x, w) + 1.0) * 2.0)
-tftvm.enable(keep_faster=False)
-assert np.allclose(step()(tf.ones((4, 16))).numpy(), 34.0)
-sys.stderr.write("--- disabled\\n"); sys.stderr.flush()
-tftvm.disable()
-assert np.allclose(step()(tf.ones((4, 16))).numpy(), 34.0)
+step = tf.function(lambda x: tf.nn.relu(tf.matmul(x, w) + 1.0) * 2.0)
+assert np.allclose(step(tf.ones((4, 16))).numpy(), 34.0)  # instantiated before enable()
+for phase in ("enabled", "disabled"):
+    sys.stderr.write(f"--- {phase}\\n"); sys.stderr.flush()
+    tftvm.enable(keep_faster=False) if phase == "enabled" else tftvm.disable()
+    assert np.allclose(step(tf.ones((4, 16))).numpy(), 34.0)
 """
 
 
-def test_the_runtime_runs_tvmcall_while_enabled_and_matmul_after_disable():
+def test_the_runtime_runs_tvmcall_while_enabled_and_matmul_before_and_after():
+    """The same function, called before enable(), while enabled and after disable(): TF
+    instantiates it again each time, so the pass takes it and gives it back."""
     done = run_python(PLACEMENT, env={"TF_CPP_MIN_LOG_LEVEL": "0"})
     assert done.returncode == 0, done.stderr[-3000:]
-    enabled, disabled = done.stderr.split("--- disabled")
+    before, rest = done.stderr.split("--- enabled")
+    enabled, disabled = rest.split("--- disabled")
+    assert "(MatMul)" in before and "(TvmCall)" not in before, before[-3000:]
     assert "(TvmCall)" in enabled and "(MatMul)" not in enabled, enabled[-3000:]
     assert "(MatMul)" in disabled and "(TvmCall)" not in disabled, disabled[-3000:]
 
@@ -82,6 +86,19 @@ def mlp():
                              keras.layers.Dense(16, activation="gelu"), keras.layers.Dense(4)])  # fmt: skip
 
 
+def fit_losses_without_and_with_the_pass(build, x, y, epochs: int):
+    """Keras fit's loss per epoch for a fresh `build()` model as TF trains it, and under enable()."""
+
+    def losses():
+        model = build()
+        model.compile(optimizer=keras.optimizers.SGD(0.05), loss="mse")
+        return model.fit(x, y, batch_size=16, epochs=epochs, verbose=0, shuffle=False).history["loss"]
+
+    want = losses()
+    with tftvm.enabled(**OPTIONS):
+        return want, losses()
+
+
 def test_keras_predict_matches_without_the_pass(rng):
     x = rng.standard_normal((64, 32)).astype(np.float32)
     want = mlp().predict(x, verbose=0)
@@ -96,18 +113,61 @@ def test_keras_fit_trains_to_the_same_loss(rng):
     (AssignSubVariableOp) stay in TF, and the losses are TF's."""
     x = rng.standard_normal((64, 32)).astype(np.float32)
     y = rng.standard_normal((64, 4)).astype(np.float32)
-
-    def losses():
-        model = mlp()
-        model.compile(optimizer=keras.optimizers.SGD(0.05), loss="mse")
-        return model.fit(x, y, batch_size=16, epochs=3, verbose=0, shuffle=False).history["loss"]
-
-    want = losses()
-    with tftvm.enabled(**OPTIONS):
-        got = losses()
+    want, got = fit_losses_without_and_with_the_pass(mlp, x, y, epochs=3)
     np.testing.assert_allclose(got, want, rtol=1e-5)
     report = tftvm.enabled_report()
     assert "multi_step_on_iterator" in report and "AssignSubVariableOp" in report, report
+
+
+def test_keras_fit_of_an_lstm_trains_to_the_same_loss_with_both_loops_in_tvm(rng):
+    """The LSTM's forward loop body and its gradient loop body (which pops what the forward
+    loop kept in TensorLists) run their cell math as TvmCall nodes; the losses are TF's."""
+    x = rng.integers(0, 50, (32, 6)).astype(np.int32)
+    y = rng.standard_normal((32, 4)).astype(np.float32)
+
+    def lstm():
+        keras.utils.set_random_seed(3)
+        tokens = keras.Input((6,), dtype="int32")
+        hidden = keras.layers.LSTM(12)(keras.layers.Embedding(50, 8)(tokens))
+        return keras.Model(tokens, keras.layers.Dense(4)(hidden))
+
+    want, got = fit_losses_without_and_with_the_pass(lstm, x, y, epochs=2)
+    np.testing.assert_allclose(got, want, rtol=1e-5)
+    step = [r for r in enable_pass.rewrites() if "multi_step_on_iterator" in r.function][-1]
+    assert step.error is None and step.offloaded >= 0.4 * step.compute_nodes, step.report
+    # The optimizer's updates stay in TF; the loops' cell math would be listed as "inside
+    # (Stateless)While ..., which runs in TF".
+    assert "stayed in TF: AssignSubVariableOp" in step.report
+    for op in ("SigmoidGrad", "TanhGrad", "Sigmoid", "MatMul x"):
+        assert f"stayed in TF: {op}" not in step.report, step.report
+
+
+def test_a_new_shape_compiles_symbolic_kernels_once_and_the_cache_serves_repeats(rng):
+    """TF's own retracing rule (reduce_retracing, as Keras uses) decides when the pass runs: a
+    second batch size traces the function with a None batch, which the pass compiles as
+    symbolic kernels; a third size reuses that graph. The same graph instantiated again
+    finds its kernels in the cache."""
+    w = tf.Variable(rng.standard_normal((24, 16)).astype(np.float32))
+    b = tf.Variable(rng.standard_normal(16).astype(np.float32))
+
+    def step():
+        return tf.function(lambda x: tf.nn.relu(tf.matmul(x, w) + b) * 2.0, reduce_retracing=True)
+
+    def want(x):
+        return np.maximum(x @ w.numpy() + b.numpy(), 0) * 2.0
+
+    fn, before = step(), len(enable_pass.rewrites())
+    with tftvm.enabled(**OPTIONS):
+        for batch in (2, 3, 5):
+            x = rng.standard_normal((batch, 24)).astype(np.float32)
+            np.testing.assert_allclose(fn(x).numpy(), want(x), rtol=1e-5, atol=1e-5)
+        static, symbolic = enable_pass.rewrites()[before:]
+        assert "inputs (2, 24)" in static.report and "inputs (None, 24)" in symbolic.report, symbolic.report
+        again = step()
+        again(rng.standard_normal((2, 24)).astype(np.float32))
+    repeat = enable_pass.rewrites()[-1]
+    assert repeat.compiled == 0 and repeat.cached >= 1, tftvm.enabled_report()
+    assert "from the cache" in tftvm.enabled_report()
 
 
 def test_a_failure_in_the_pass_leaves_the_graph_to_tf(rng):
@@ -157,6 +217,44 @@ def test_threads_calling_functions_at_once_neither_hang_nor_mix_results(rng):
     assert not errors, errors
     for i, w in enumerate(weights):
         np.testing.assert_allclose(results[i], np.maximum(x.numpy() @ w.numpy(), 0) * 2.0, rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("inter_op", [1, 3])
+def test_keras_predict_on_threads_with_few_inter_op_threads_and_the_safety_net_on(inter_op):
+    """The pass runs on one of TF's threads and, with the safety net on, itself runs TF
+    functions to time clusters against TF; with a single inter-op thread (or a few) and three
+    Python threads predicting at once, nothing waits forever and every result is Keras'."""
+    script = f"""
+import threading, numpy as np, tensorflow as tf
+tf.config.threading.set_inter_op_parallelism_threads({inter_op})
+tf.config.threading.set_intra_op_parallelism_threads(2)
+import keras, tftvm
+x = np.random.default_rng(0).standard_normal((6, 32)).astype(np.float32)
+models = []
+for seed in range(3):
+    keras.utils.set_random_seed(seed)
+    models.append(keras.Sequential([keras.Input((32,)), keras.layers.Dense(24, activation="gelu"),
+                                    keras.layers.Dense(8)]))
+want = [m(x).numpy() for m in models]
+got, errors = {{}}, []
+def run(i):
+    try:
+        got[i] = models[i].predict(x, batch_size=4, verbose=0)
+    except Exception as err:
+        errors.append(repr(err))
+tftvm.enable(keep_faster=True)
+threads = [threading.Thread(target=run, args=(i,)) for i in range(3)]
+for t in threads: t.start()
+for t in threads: t.join(timeout=200)
+assert not any(t.is_alive() for t in threads), "a thread hangs"
+assert not errors, errors
+for i in range(3):
+    np.testing.assert_allclose(got[i], want[i], rtol=1e-5, atol=1e-5)
+print("rewritten", sum(1 for r in tftvm.enable_pass.rewrites() if r.offloaded and r.error is None))
+"""
+    done = run_python(script, env={"TFTVM_KEEP_FASTER": None}, timeout=280)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert int(done.stdout.split("rewritten")[-1]) >= 1, done.stdout
 
 
 def test_tftvm_enable_environment_variable_turns_the_pass_on_for_an_unchanged_script():

@@ -193,3 +193,29 @@ def test_keras_grouped_and_depthwise_convs_reach_tvm(rng):
     opt = _check_end_to_end(model, spec, (8, 8, 4), rng, ["Conv2D", "DepthwiseConv2dNative"])
     # the bodies' leftover control edges (frozen ReadVariableOps) do not cut the chain in two
     assert sum(line.startswith("cluster ") for line in opt.report().splitlines()) == 1, opt.report()
+
+
+def test_colocation_with_a_body_node_names_it_as_inlined(rng):
+    """A body node colocated with another (`_class: loc:@x`, what TF's gradients ask for)
+    names the inlined node: an unknown name would make the graph fail to import."""
+
+    @tf.function
+    def inner(x):
+        doubled = tf.multiply(x, 2.0, name="doubled")  # a name the outer graph does not have
+        with tf.compat.v1.colocate_with(doubled.op):
+            return doubled + 1.0
+
+    @tf.function
+    def outer(x):
+        return inner(x) * 3.0
+
+    graph_def = outer.get_concrete_function(tf.TensorSpec((4,), tf.float32)).graph.as_graph_def()
+    inlined = inline_calls(graph_def)
+    assert _calls(inlined) == []
+    names = {n.name for n in inlined.node}
+    located = [c.decode()[5:] for n in inlined.node for c in n.attr["_class"].list.s]
+    assert located and set(located) <= names, (located, sorted(names))
+    x = rng.standard_normal(4).astype(np.float32)
+    placeholder = next(n.name for n in inlined.node if n.op == "Placeholder")
+    result = _run(inlined, {f"{placeholder}:0": x}, "Identity:0")
+    np.testing.assert_allclose(result, (x * 2.0 + 1.0) * 3.0, rtol=1e-6)

@@ -46,8 +46,8 @@ def test_model_matches_keras_with_most_compute_in_tvm(built, name, path):
         assert summary.failed_clusters == [] and summary.fraction >= MIN_IN_TVM[name], compiled.report()
 
 
-# Through tftvm.enable()'s pass (variables stay variables; While bodies stay in TF for now).
-MIN_IN_TVM_ENABLED = {"MobileNetV2": 0.95, "Transformer block": 0.9, "two-input": 0.95, "LSTM": 0.25}
+# Through tftvm.enable()'s pass (variables stay variables, read inside the loop bodies).
+MIN_IN_TVM_ENABLED = {"MobileNetV2": 0.95, "Transformer block": 0.9, "two-input": 0.95, "LSTM": 0.6}
 
 
 @pytest.mark.parametrize("name", sorted(MIN_IN_TVM_ENABLED))
@@ -57,5 +57,6 @@ def test_model_under_enable_matches_keras_with_most_compute_in_tvm(built, name):
     model, signature, make_inputs = built(name)
     with_pass = zoo.WithPass(model, signature, make_inputs(np.random.default_rng(1), 2))
     assert not tftvm.is_enabled()
-    assert zoo.check(model, with_pass, make_inputs, batches=(1, 3)) <= 1e-4
+    with tftvm.enabled():  # one instantiation per batch size, not one per call
+        assert zoo.check(model, with_pass, make_inputs, batches=(1, 3)) <= 1e-4
     assert with_pass.summary().fraction >= MIN_IN_TVM_ENABLED[name], tftvm.enabled_report()

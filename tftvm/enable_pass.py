@@ -23,29 +23,44 @@ _rewrites: list = []  # function_pass.Rewrite per graph the pass saw, in order
 def enable(*, min_cluster_size: int = 3, max_clusters: int | None = None, allow: set | None = None,
            deny: set | None = None, target=None, database=None, keep_faster=None) -> None:  # fmt: skip
     """Offload the TVM-convertible parts of every graph TF runs from now on; the options are
-    `tftvm.optimize`'s. Graphs TF already instantiated keep running as they were."""
+    `tftvm.optimize`'s. Functions called before are instantiated again on their next call, so
+    they go through the pass too (unless the pass was on already, with these options)."""
     import tvm_ffi
 
     from . import native
     from .graph import measure
 
     native.load()
+    options = dict(min_cluster_size=min_cluster_size, max_clusters=max_clusters, allow=allow, deny=deny,
+                   target=target, database=database, keep_faster=measure.enabled(keep_faster))  # fmt: skip
     with _state:
+        changed = not is_enabled() or options != _options
         _options.clear()
-        _options.update(min_cluster_size=min_cluster_size, max_clusters=max_clusters, allow=allow, deny=deny,
-                        target=target, database=database, keep_faster=measure.enabled(keep_faster))  # fmt: skip
+        _options.update(options)
         tvm_ffi.register_global_func("tftvm.graph_pass", _graph_pass, override=True)
         tvm_ffi.get_global_func("tftvm.set_graph_pass_enabled")(True)
-    log.info("tftvm pass enabled")
+    if changed:
+        _forget_instantiated_functions()
+        log.info("tftvm pass enabled")
 
 
 def disable() -> None:
-    """Graphs TF instantiates from now on run in TF alone."""
+    """Every graph runs in TF alone from now on (functions the pass rewrote are instantiated
+    again, from TF's graph, on their next call)."""
     import tvm_ffi
 
     setter = tvm_ffi.get_global_func("tftvm.set_graph_pass_enabled", allow_missing=True)
-    if setter is not None:
+    if setter is not None and is_enabled():
         setter(False)
+        _forget_instantiated_functions()
+
+
+def _forget_instantiated_functions() -> None:
+    """TF keeps each function it instantiated (its optimized graph) in the eager context's
+    kernel cache; clearing it makes the next call instantiate again, through the pass or not."""
+    from tensorflow.python.eager import context
+
+    context.context().clear_kernel_cache()
 
 
 def is_enabled() -> bool:
@@ -72,18 +87,21 @@ def enabled(**options):
 
 def rewrites() -> list:
     """What the pass did, as data: a `graph.function_pass.Rewrite` per graph it converted
-    (function name, seconds, offloaded and compute node counts, report, error)."""
+    (function name, seconds, offloaded and compute node counts, report, error, kernels
+    compiled and loaded from the cache)."""
     return list(_rewrites)
 
 
 def enabled_report() -> str:
-    """What the pass did, per graph: offloaded compute nodes, compile time, and optimize's
-    report (clusters, and why the rest stayed in TF)."""
+    """What the pass did, per graph: offloaded compute nodes, compile time, kernels compiled
+    and found in the kernel cache, and optimize's report (clusters, and why the rest stayed
+    in TF)."""
     if not _rewrites:
         return "tftvm pass: no graph converted yet"
     parts = []
     for r in list(_rewrites):
-        head = f"{r.function}: {r.offloaded} of {r.compute_nodes} compute nodes offloaded in {r.seconds:.2f} s"
+        head = (f"{r.function}: {r.offloaded} of {r.compute_nodes} compute nodes offloaded in {r.seconds:.2f} s "
+                f"({r.compiled} kernels compiled, {r.cached} from the cache)")  # fmt: skip
         parts.append(f"{head}\n  error: {r.error}" if r.error else f"{head}\n{r.report}")
     return "\n\n".join(parts)
 

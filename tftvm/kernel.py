@@ -7,12 +7,14 @@ that builds the same op loads the library instead of recompiling.
 """
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import functools
 import hashlib
 import json
 import logging
 import tempfile
+import threading
 import time
 from pathlib import Path
 
@@ -23,6 +25,31 @@ log = logging.getLogger(__name__)
 
 CACHE_FORMAT = 1
 SIDECAR_SUFFIX = ".tftvm.json"  # written beside an exported library by Kernel.save
+
+
+_counting = threading.local()
+
+
+@contextlib.contextmanager
+def counting():
+    """Count the kernels this thread compiles and loads from the disk cache inside the block:
+    yields {"compiled": n, "cached": m}, filled in as it goes."""
+    counts = {"compiled": 0, "cached": 0}
+    outer = getattr(_counting, "counts", None)
+    _counting.counts = counts
+    try:
+        yield counts
+    finally:
+        _counting.counts = outer
+        if outer is not None:
+            for k, v in counts.items():
+                outer[k] += v
+
+
+def _count(what: str) -> None:
+    counts = getattr(_counting, "counts", None)
+    if counts is not None:
+        counts[what] += 1
 
 
 @dataclasses.dataclass(frozen=True)
@@ -155,6 +182,7 @@ def compile_prim_func(func, *, func_name: str, num_outputs: int = 1, target=None
     kernel = read_cached(content)
     if kernel is not None:
         log.debug("kernel %s: loaded from the disk cache", func_name)
+        _count("cached")
         return kernel
     if schedule is True and tuned is None:
         from .schedule import default_cpu_schedule
@@ -168,6 +196,7 @@ def compile_prim_func(func, *, func_name: str, num_outputs: int = 1, target=None
         executable.export_library(str(lib))
         kernel = Kernel(func_name, signature, lib.read_bytes())
     log.info("compiled '%s' in %.2f s", func_name, time.perf_counter() - start)
+    _count("compiled")
     write_cached(content, kernel)
     return kernel
 

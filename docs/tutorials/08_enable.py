@@ -58,5 +58,6 @@ print(tftvm.enabled_report())
 # What you should see: the two loss histories and predictions match, and a report for
 # Keras' training loop (``multi_step_on_iterator``: the forward and backward matmuls in TVM,
 # ``AssignSubVariableOp`` and ``ReadVariableOp`` in TF) and for its prediction step
-# (``one_step_on_data``). Run the script unchanged with ``TFTVM_ENABLE=1`` and without
-# line 2 for the same result.
+# (``one_step_on_data``), each headed by the kernels it compiled and found in the kernel
+# cache (a second run of this tutorial compiles none). Run the script unchanged with
+# ``TFTVM_ENABLE=1`` and without line 2 for the same result.

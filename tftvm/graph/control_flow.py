@@ -19,7 +19,7 @@ import dataclasses
 import itertools
 import logging
 
-from .freeze import FrozenGraph
+from .freeze import FrozenGraph, imported, with_handle_data
 from .mark import NOT_COMPUTE
 
 log = logging.getLogger(__name__)
@@ -65,27 +65,32 @@ def optimize_bodies(frozen: FrozenGraph, offload, *, strict: bool = False, prefi
     `offload(body_frozen) -> (clusters, reasons, run)` is the main graph's pipeline: it clusters
     and compiles a FrozenGraph and returns `run`, a Python function of its inputs that replays
     it. Bodies of bodies are optimized first (they are in the `Body` list with a node path)."""
-    nodes = [n for n in frozen.graph_def.node if n.op in BODY_ATTRS]
+    # In the order of their dependencies: a gradient loop reads the lists its forward loop filled.
+    nodes = [op.node_def for op in frozen.graph.get_operations() if op.type in BODY_ATTRS]
     if not nodes:
         return frozen, []
     library = {f.signature.name: f for f in frozen.graph_def.library.function}
     bodies: list[Body] = []
     done: dict = {}  # key -> Body
     replaced: dict[tuple[str, str], str] = {}  # (node, attr) -> new function name
+    lists: dict = {}  # (loop node, output index) -> HandleData of the TensorList its body returns there
     for node in nodes:
         shapes, constants = _input_shapes(node, frozen), _constant_inputs(node, frozen)
+        handles = _handles(node, frozen, lists)
         for attr in BODY_ATTRS[node.op]:
             name = node.attr[attr].func.name
             if name not in library:
                 continue
             # Nodes that call one function with the same shapes share its optimized body
             # (unless constants were folded into it, which are the node's own).
-            key = (name, node.name) if constants else (name, tuple(str(s) for s in shapes))
+            key = (name, node.name) if constants else (name, tuple(str(s) for s in shapes), str(handles))
             if key not in done:
-                done[key] = body = _optimize_body(frozen, library, name, shapes, constants, offload, strict,
-                                                  f"{prefix}{node.name}", attr)  # fmt: skip
+                done[key] = body = _optimize_body(frozen, library, name, (shapes, constants, handles), offload,
+                                                  strict, f"{prefix}{node.name}", attr)  # fmt: skip
                 bodies.append(body)
             body = done[key]
+            if attr == "body" and body.frozen is not None:
+                lists.update(((node.name, i), d) for i, d in _list_handles(body.frozen.outputs).items())
             if body.replacement is not None:
                 replaced[(node.name, attr)] = body.replacement
     if not replaced:
@@ -98,12 +103,15 @@ def optimize_bodies(frozen: FrozenGraph, offload, *, strict: bool = False, prefi
     return _reimported(frozen, graph_def), bodies
 
 
-def _optimize_body(frozen, library, name, shapes, constants, offload, strict, node, attr) -> Body:
+def _optimize_body(frozen, library, name, arguments, offload, strict, node, attr) -> Body:
+    """`arguments`: the shapes, constants and handle data of what the caller passes."""
     import tensorflow as tf
 
     body = Body(node, attr, name, None, [], {}, None)
+    shapes, constants, handles = arguments
     try:
-        body.frozen = body_graph(frozen.graph_def, library[name], shapes, constants, loop=attr == "body")
+        body.frozen = body_graph(frozen.graph_def, library[name], shapes, constants, loop=attr == "body",
+                                 handles=handles)  # fmt: skip
         body.frozen, body.inner = optimize_bodies(body.frozen, offload, strict=strict, prefix=f"{node}/")
         body.clusters, body.reasons, run = offload(body.frozen)
         if not any(c.program is not None for c in body.clusters) and not any(b.replacement for b in body.inner):
@@ -134,9 +142,11 @@ def flatten(bodies: list) -> list:
     return out
 
 
-def body_graph(graph_def, fdef, shapes, constants=None, loop=False) -> FrozenGraph:
+def body_graph(graph_def, fdef, shapes, constants=None, loop=False, handles=None) -> FrozenGraph:
     """A FrozenGraph of function `fdef` of `graph_def`'s library: its arguments become
-    placeholders of `shapes` (TensorShapes), its results the outputs.
+    placeholders of `shapes` (TensorShapes), its results the outputs; a resource argument
+    keeps the HandleData in `handles` ({argument index: HandleData}, a variable's dtype and
+    shape), so the body's reads of it have a shape.
 
     `constants` ({argument index: TensorProto}, what the caller passes as a Const) become Const
     nodes, and what only depends on them is folded (e.g. the slices of an RNN's weights), as
@@ -152,8 +162,10 @@ def body_graph(graph_def, fdef, shapes, constants=None, loop=False) -> FrozenGra
         functions.library.CopyFrom(graph_def.library)  # the functions its nodes call
         tf.graph_util.import_graph_def(functions, name="")
         body, flat = function_def_to_graph.function_def_to_graph_def(fdef)
-    for node, shape in zip(body.node, shapes):  # the placeholders come first, in argument order
+    for i, (node, shape) in enumerate(zip(body.node, shapes)):  # the placeholders come first, in argument order
         node.attr["shape"].shape.CopyFrom(shape.as_proto())
+        if i in (handles or {}):  # a variable the body reads: its dtype and shape
+            with_handle_data(node, handles[i])
     body.library.CopyFrom(graph_def.library)
     body.versions.CopyFrom(graph_def.versions)
     input_names = [f"{a.name}:0" for a in fdef.signature.input_arg]
@@ -164,11 +176,9 @@ def body_graph(graph_def, fdef, shapes, constants=None, loop=False) -> FrozenGra
     folded = _with_constants(body, constants, output_names + input_names) if constants else None
     for candidate in ([folded] if folded is not None else []) + [body]:
         try:
-            imported = tf.Graph()
-            with imported.as_default():
-                tf.graph_util.import_graph_def(candidate, name="")
-            return FrozenGraph(imported, candidate, [imported.get_tensor_by_name(t) for t in input_names],
-                               [imported.get_tensor_by_name(t) for t in output_names], None)  # fmt: skip
+            graph = imported(candidate)
+            return FrozenGraph(graph, candidate, [graph.get_tensor_by_name(t) for t in input_names],
+                               [graph.get_tensor_by_name(t) for t in output_names], None)  # fmt: skip
         except (KeyError, ValueError) as err:  # folding lost a node: the body as it is
             if candidate is body:
                 raise
@@ -203,10 +213,7 @@ def _with_constants(body, constants, keep):
         node.attr.clear()
         node.attr["dtype"].type = dtype
         node.attr["value"].tensor.CopyFrom(value)
-    graph = tf.Graph()
-    with graph.as_default():
-        tf.graph_util.import_graph_def(out, name="")
-    folded = fold_constants(graph, keep)
+    folded = fold_constants(imported(out), keep)
     folded.library.CopyFrom(body.library)
     return folded
 
@@ -229,6 +236,35 @@ def _constant_inputs(node, frozen) -> dict:
     op = frozen.graph.get_operation_by_name(node.name)
     inputs = list(op.inputs)[1:] if node.op in ("If", "StatelessIf") else list(op.inputs)
     return {i: t.op.node_def.attr["value"].tensor for i, t in enumerate(inputs) if t.op.type == "Const"}
+
+
+def _handles(node, frozen, lists) -> dict:
+    """{argument index: HandleData} for the arguments of `node`'s bodies that are variables or
+    TensorLists whose dtype and shape of what they hold is known: to the graph, or, for a list
+    a loop returns (the values a forward loop keeps for its gradient loop), in `lists`."""
+    op = frozen.graph.get_operation_by_name(node.name)
+    inputs = list(op.inputs)[1:] if node.op in ("If", "StatelessIf") else list(op.inputs)
+    found = _list_handles(inputs)
+    for i, t in enumerate(inputs):
+        while t.op.type == "Identity":
+            t = t.op.inputs[0]
+        if i not in found and (t.op.name, t.value_index) in lists:
+            found[i] = lists[(t.op.name, t.value_index)]
+    return found
+
+
+def _list_handles(tensors) -> dict:
+    """{index: HandleData} of the variables and TensorLists among `tensors` whose contents'
+    dtype and shape the graph knows."""
+    from tensorflow.python.ops import handle_data_util
+
+    found = {}
+    for i, t in enumerate(tensors):
+        if t.dtype.name in ("resource", "variant"):
+            data = handle_data_util.get_resource_handle_data(t)
+            if data is not None and data.is_set and data.shape_and_type:
+                found[i] = data
+    return found
 
 
 def _check_outputs(concrete, body, invariants=None):
@@ -268,10 +304,6 @@ def _with_functions(graph_def, bodies):
 
 
 def _reimported(frozen, graph_def) -> FrozenGraph:
-    import tensorflow as tf
-
-    graph = tf.Graph()
-    with graph.as_default():
-        tf.graph_util.import_graph_def(graph_def, name="")
+    graph = imported(graph_def)
     tensors = [[graph.get_tensor_by_name(t.name) for t in ts] for ts in (frozen.inputs, frozen.outputs)]
     return FrozenGraph(graph, graph_def, *tensors, frozen.structured_outputs)

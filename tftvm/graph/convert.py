@@ -757,3 +757,4 @@ def _split_v(ctx, node, x, sizes, axis):
 
 from . import convert_spatial  # noqa: E402, F401  (registers its converters)
 from . import convert_indexing  # noqa: E402, F401  (registers its converters)
+from . import convert_training  # noqa: E402, F401  (registers its converters)

@@ -31,9 +31,7 @@ def freeze(fn, input_signature) -> FrozenGraph:
     inputs = [t.name for t in frozen.inputs]
     outputs = [t.name for t in frozen.outputs]
     graph_def = fold_constants(inline_graph(frozen.graph), outputs)  # nested jit calls too
-    graph = tf.Graph()
-    with graph.as_default():
-        tf.graph_util.import_graph_def(graph_def, name="")
+    graph = imported(graph_def)
     return FrozenGraph(graph, graph_def, [graph.get_tensor_by_name(t) for t in inputs],
                        [graph.get_tensor_by_name(t) for t in outputs], concrete.structured_outputs)  # fmt: skip
 
@@ -54,3 +52,39 @@ def fold_constants(graph, outputs):
     rewrite.optimizers.extend(["constfold"])
     rewrite.meta_optimizer_iterations = 1
     return tf_optimizer.OptimizeGraph(config, meta)
+
+
+def imported(graph_def):
+    """A tf.Graph of `graph_def` in which a resource or variant Placeholder with a
+    `_handle_data` attr (`with_handle_data`) keeps the dtype and shape of what it holds (a
+    variable's value, a TensorList's elements): what reads it has a shape. Import alone
+    would lose them."""
+    import tensorflow as tf
+    from tensorflow.core.framework import cpp_shape_inference_pb2
+    from tensorflow.python.ops import handle_data_util
+
+    # `"x" in attr` first: reading a missing key of a proto map would add an empty attr
+    handles = [n for n in graph_def.node if n.op == "Placeholder" and "_handle_data" in n.attr]
+    graph = tf.Graph()
+    rest = graph_def
+    if handles:
+        names = {n.name for n in handles}
+        rest = tf.compat.v1.GraphDef(versions=graph_def.versions, library=graph_def.library)
+        rest.node.extend(n for n in graph_def.node if n.name not in names)
+    with graph.as_default():
+        inputs = {}
+        for node in handles:  # made first, with their handle data, so import infers from it
+            placeholder = tf.compat.v1.placeholder(tf.dtypes.as_dtype(node.attr["dtype"].type), [], name=node.name)
+            placeholder.op._set_attr("_handle_data", node.attr["_handle_data"])  # TF-internal; for the next import
+            data = cpp_shape_inference_pb2.CppShapeInferenceResult.HandleData.FromString(node.attr["_handle_data"].s)
+            handle_data_util.set_handle_data(placeholder, data)
+            inputs[placeholder.name] = placeholder
+        used = {i if ":" in i else i + ":0" for n in rest.node for i in n.input if not i.startswith("^")}
+        tf.graph_util.import_graph_def(rest, input_map={k: v for k, v in inputs.items() if k in used}, name="")
+    return graph
+
+
+def with_handle_data(node, data) -> None:
+    """Record HandleData `data` (the dtype and shape of what a resource or variant holds, and
+    for a TensorList its full type) on Placeholder NodeDef `node`, for `imported`."""
+    node.attr["_handle_data"].s = data.SerializeToString()

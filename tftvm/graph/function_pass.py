@@ -12,11 +12,10 @@ import dataclasses
 import logging
 import time
 
-from . import mark
+from . import control_flow, mark
 from .convert import CONVERTERS, tensor_name
 from .inline import inline_calls
-from .rewrite import tensor_inputs
-from .freeze import FrozenGraph, fold_constants
+from .freeze import FrozenGraph, fold_constants, imported, with_handle_data
 
 log = logging.getLogger(__name__)
 
@@ -36,37 +35,57 @@ class Rewrite:
     compute_nodes: int
     report: str
     error: str | None = None
+    compiled: int = 0  # kernels compiled for this graph
+    cached: int = 0  # kernels loaded from the disk cache (compiled before, here or by optimize)
 
 
 def rewrite(graph_def_bytes: bytes, function_def_bytes: bytes, options: dict) -> tuple[bytes, Rewrite | None]:
     """The rewritten GraphDef (empty where nothing is offloaded) and what was done."""
-    import tensorflow as tf
     from tensorflow.core.framework.function_pb2 import FunctionDef
+
+    from ..kernel import counting
+
+    function_def = FunctionDef.FromString(function_def_bytes)
+    if function_def.signature.name.startswith(SKIPPED_FUNCTIONS):
+        return b"", None
+    with counting() as counts:
+        rewritten, done = _rewrite(graph_def_bytes, function_def, options)
+    if done is not None:
+        done.compiled, done.cached = counts["compiled"], counts["cached"]
+        log.info("%s: %d of %d compute nodes offloaded in %.2f s (%d kernels compiled, %d from the cache)",
+                 done.function, done.offloaded, done.compute_nodes, done.seconds, done.compiled, done.cached)  # fmt: skip
+    return rewritten, done
+
+
+def _rewrite(graph_def_bytes, function_def, options):
+    import tensorflow as tf
 
     from . import report
     from .optimize import offload
 
-    function_def = FunctionDef.FromString(function_def_bytes)
     name = function_def.signature.name
-    if name.startswith(SKIPPED_FUNCTIONS):
-        return b"", None
     start = time.perf_counter()
     # Keras calls its step function from another (train_function -> one_step_on_data): TF
     # inlines such calls only after this pass, so the pass inlines them itself.
     graph_def = inline_calls(tf.compat.v1.GraphDef.FromString(graph_def_bytes))
-    if not any(n.op in CONVERTERS and n.op not in mark.NOT_COMPUTE for n in graph_def.node):
+    if not any(n.op in CONVERTERS and n.op not in mark.NOT_COMPUTE or n.op in control_flow.BODY_ATTRS
+               for n in graph_def.node):  # fmt: skip
         return b"", None  # nothing TVM could convert: not worth building a Python graph
+    log.info("%s: %d nodes, converting what TVM can run (first call of this graph)", name, len(graph_def.node))
     frozen, args, results = _as_frozen(graph_def, function_def)
     # TF finds the function's control outputs by name after the pass: they stay TF nodes.
     kept = {n: "a control output of the function" for n in function_def.control_ret.values()}
+    # Loop and branch bodies (an RNN's time step) first, as optimize does: the While stays a
+    # TF node calling an optimized body function, which TF then lowers into the graph.
+    frozen, bodies = control_flow.optimize_bodies(frozen, lambda body: offload(body, **options))
+    in_bodies = sum(b.offloaded for b in control_flow.flatten(bodies))
     clusters, reasons, run = offload(frozen, **options, kept=kept)
-    if not clusters:
+    if not clusters and not bodies:
         return b"", None
-    summary = report.summarize(frozen, clusters, reasons)
-    rewritten = _with_clusters(run, args, results, function_def).SerializeToString() if summary.offloaded else b""
+    summary = report.summarize(frozen, clusters, reasons, in_bodies)
     done = Rewrite(name, time.perf_counter() - start, summary.offloaded, summary.compute_nodes,
-                   report.format_report(frozen, clusters, reasons))  # fmt: skip
-    log.info("%s: %d of %d compute nodes offloaded in %.2f s", name, done.offloaded, done.compute_nodes, done.seconds)
+                   report.format_report(frozen, clusters, reasons, in_bodies))  # fmt: skip
+    rewritten = _with_clusters(run, args, results, function_def).SerializeToString() if summary.offloaded else b""
     return rewritten, done
 
 
@@ -87,14 +106,19 @@ def _as_frozen(graph_def, function_def):
 
 
 def _imported(graph_def, args, function_def):
-    """A tf.Graph of `graph_def`'s nodes but its arguments (and results), which become
-    placeholders (`_placeholders`): (graph, placeholders)."""
+    """A tf.Graph of `graph_def` with its arguments as placeholders (`_Arg` nodes become
+    Placeholder nodes of their traced shape, a resource's keeping its variable's dtype and shape)
+    and without its results: (graph, placeholders in argument order)."""
     import tensorflow as tf
 
     arg_names = {a.name for a in args}
-    rest = tf.compat.v1.GraphDef()
-    rest.versions.CopyFrom(graph_def.versions)
-    rest.library.CopyFrom(graph_def.library)
+    rest = tf.compat.v1.GraphDef(versions=graph_def.versions, library=graph_def.library)
+    for arg in args:
+        node = rest.node.add(name=arg.name, op="Placeholder")
+        node.attr["dtype"].type = arg.attr["T"].type
+        node.attr["shape"].shape.CopyFrom(_arg_shape(arg, function_def))
+        if "_handle_dtypes" in arg.attr:  # (reading a missing key would add it)
+            with_handle_data(node, _handle_data(arg))
     rest.node.extend(n for n in graph_def.node if n.op != "_Retval" and n.name not in arg_names)
     # Colocation with an argument (an iterator's IteratorGetNext) names a node this import
     # does not hold; the placer colocates a resource's users with it anyway.
@@ -106,32 +130,35 @@ def _imported(graph_def, args, function_def):
             node.attr["_class"].list.s.extend(kept)
             if not kept:
                 del node.attr["_class"]
-    used = {t for n in rest.node for t in tensor_inputs(n)}
-    graph = tf.Graph()
-    with graph.as_default():
-        inputs = _placeholders(args, function_def)
-        tf.graph_util.import_graph_def(rest, input_map={t.name: t for t in inputs if t.name in used}, name="")
-    return graph, inputs
+    graph = imported(rest)
+    return graph, [graph.get_tensor_by_name(f"{a.name}:0") for a in args]
 
 
 def _placeholders(args, function_def) -> list:
     """A placeholder per `_Arg`, named as it, of its dtype and traced shape (a resource with
     its variable's dtype and shape as handle data)."""
     import tensorflow as tf
-    from tensorflow.core.framework import cpp_shape_inference_pb2
     from tensorflow.python.ops import handle_data_util
 
     out = []
     for arg in args:
         dtype = tf.dtypes.as_dtype(arg.attr["T"].type)
         t = tf.compat.v1.placeholder(dtype, tf.TensorShape(_arg_shape(arg, function_def)), name=arg.name)
-        if dtype == tf.resource and arg.attr["_handle_dtypes"].list.type:
-            data = cpp_shape_inference_pb2.CppShapeInferenceResult.HandleData(is_set=True)
-            for handle_dtype, shape in zip(arg.attr["_handle_dtypes"].list.type, arg.attr["_handle_shapes"].list.shape):
-                data.shape_and_type.add(dtype=handle_dtype, shape=shape)
-            handle_data_util.set_handle_data(t, data)
+        if dtype == tf.resource and "_handle_dtypes" in arg.attr:
+            handle_data_util.set_handle_data(t, _handle_data(arg))
         out.append(t)
     return out
+
+
+def _handle_data(arg):
+    """The HandleData of a resource `_Arg` (its variable's dtype and shape, which TF keeps in
+    `_handle_dtypes`/`_handle_shapes`)."""
+    from tensorflow.core.framework import cpp_shape_inference_pb2
+
+    data = cpp_shape_inference_pb2.CppShapeInferenceResult.HandleData(is_set=True)
+    for dtype, shape in zip(arg.attr["_handle_dtypes"].list.type, arg.attr["_handle_shapes"].list.shape):
+        data.shape_and_type.add(dtype=dtype, shape=shape)
+    return data
 
 
 def _arg_shape(node, function_def):

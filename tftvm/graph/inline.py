@@ -4,7 +4,8 @@ Keras 3 puts some layers (grouped and depthwise convolutions, for example) into 
 `jit_compile` functions; grappler's own inliner leaves those alone (`_XlaMustCompile`), so their
 compute would stay hidden in one opaque TF node. `inline_calls` splices each call's body in place:
 
-- body nodes are renamed `<call name>/<body node name>` (a fresh prefix if that is taken);
+- body nodes are renamed `<call name>/<body node name>` (a fresh prefix if that is taken), and
+  so are the body nodes their colocation constraints (`_class`) name;
 - each function argument becomes an `Identity` fed by the call's matching input;
 - the call node becomes an `IdentityN` (an `Identity` for one output, a `NoOp` for none) of the
   same name whose inputs are the body's return tensors, so consumers of `call:i` and `^call`
@@ -121,11 +122,13 @@ class _Inliner:
             return ("^" if ctrl else "") + prefix + ref
 
         args = {a.name: i for i, a in enumerate(fdef.signature.input_arg)}
+        body_names = {n.name for n in body.node}
         renamed = []
         for body_node in body.node:
             new = body_node.__deepcopy__()
             new.name = prefix + body_node.name
             self.taken.add(new.name)
+            _rename_colocation(new, prefix, body_names)
             if body_node.name in args and body_node.op == "Placeholder":
                 arg = fdef.signature.input_arg[args[body_node.name]]
                 new.op = "Identity"
@@ -193,6 +196,15 @@ class _Inliner:
             k += 1
             prefix = f"{call_name}/_inlined_{k}/"
         return prefix
+
+
+def _rename_colocation(node, prefix, body_names) -> None:
+    """Colocation (`_class: loc:@X`) with body node X names it as inlined (`<prefix>X`)."""
+    if "_class" not in node.attr:
+        return
+    locations = [c.decode() for c in node.attr["_class"].list.s]
+    kept = [f"loc:@{prefix}{c[5:]}" if c.startswith("loc:@") and c[5:] in body_names else c for c in locations]
+    node.attr["_class"].list.s[:] = [c.encode() for c in kept]
 
 
 def _always_ready(nodes) -> set:
