@@ -6,7 +6,7 @@ For each model, two copies with the same initial weights train on the same batch
 one as TF runs it, one under `tftvm.enable()` (the pass rewrites Keras' training step:
 forward and backward compute in TVM, the optimizer's updates in TF). First both take the
 same 3 steps and their losses are compared; then their steps (`train_on_batch`) are timed
-in interleaved rounds (the pass switched on for its copy's round only; the first calls of a
+in 5 interleaved rounds (the pass switched on for its copy's round only; the first calls of a
 round, untimed, instantiate the step again) and the median of the round medians is kept.
 Prints a table: ms per step, the ratio to TF, and the share of the step's compute nodes that
 the pass put in TVM.
@@ -54,6 +54,9 @@ def models() -> dict:
     return {"MLP 1024x3": mlp, "LSTM 128 x 40 steps": lstm, "Transformer block 64x128": encoder}
 
 
+ROUNDS = 5
+
+
 def _copy(build):
     import keras
 
@@ -84,13 +87,13 @@ def measure(name: str, build, batch: int, repeats: int) -> dict:
     steps = [r for r in enable_pass.rewrites()[before:] if r.compute_nodes]
     x, y = batches[0]
     times = {"TF": [], "enable": []}
-    for _ in range(3):  # interleaved rounds
+    for _ in range(ROUNDS):  # interleaved
         for way, model in (("TF", in_tf), ("enable", in_tvm)):
             with tftvm.enabled() if way == "enable" else contextlib.nullcontext():
                 for _ in range(3):  # untimed: the first instantiates the step again
                     model.train_on_batch(x, y)
                 samples = []
-                for _ in range(max(1, repeats // 3)):
+                for _ in range(max(1, repeats // ROUNDS)):
                     t = time.perf_counter()
                     model.train_on_batch(x, y)
                     samples.append(time.perf_counter() - t)
@@ -112,7 +115,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--models", help="comma-separated names (default: all)")
     parser.add_argument("--batch", type=int, default=64)
-    parser.add_argument("--repeats", type=int, default=30, help="timed steps per way, over 3 rounds")
+    parser.add_argument("--repeats", type=int, default=60, help=f"timed steps per way, over {ROUNDS} rounds")
     parser.add_argument("--markdown", help="also write the table as Markdown to this file")
     args = parser.parse_args()
     zoo = models()

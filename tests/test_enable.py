@@ -142,6 +142,32 @@ def test_keras_fit_of_an_lstm_trains_to_the_same_loss_with_both_loops_in_tvm(rng
         assert f"stayed in TF: {op}" not in step.report, step.report
 
 
+def test_in_a_training_step_loop_bodies_need_a_clear_win_to_leave_tf(rng, monkeypatch):
+    """With the safety net on, a clock saying TVM is 1.1x as fast as TF keeps TVM in the
+    main graph and in an inference loop, but not in a training step's loop bodies, where TVM
+    costs more per iteration than the body's own timing shows."""
+    from tftvm.graph import measure
+
+    monkeypatch.setattr(measure, "time_both", lambda *args: measure.Timing(1.0e-3, 1.1e-3))
+    monkeypatch.setattr(measure, "_read", lambda key: None)
+    x = rng.integers(0, 50, (16, 6)).astype(np.int32)
+    y = rng.standard_normal((16, 4)).astype(np.float32)
+    keras.utils.set_random_seed(5)
+    tokens = keras.Input((6,), dtype="int32")
+    model = keras.Model(tokens, keras.layers.Dense(4)(keras.layers.LSTM(12)(keras.layers.Embedding(50, 8)(tokens))))
+    model.compile(optimizer=keras.optimizers.SGD(0.05), loss="mse")
+    before = len(enable_pass.rewrites())
+    with tftvm.enabled(keep_faster=True):
+        model.fit(x, y, batch_size=16, epochs=1, verbose=0)
+        model.predict(x, batch_size=16, verbose=0)
+    train, predict = [r for r in enable_pass.rewrites()[before:] if r.offloaded]
+    bodies = [line for line in train.report.splitlines() if line.startswith("body of")]
+    assert len(bodies) == 2 and all("stays in TF (TVM is not 1.25x as fast as TF in a loop body" in b
+                                    for b in bodies), train.report  # fmt: skip
+    (body,) = [line for line in predict.report.splitlines() if line.startswith("body of")]
+    assert body.endswith("compute nodes in TVM") and "stayed in TF: Sigmoid" not in predict.report, predict.report
+
+
 def test_a_new_shape_compiles_symbolic_kernels_once_and_the_cache_serves_repeats(rng):
     """TF's own retracing rule (reduce_retracing, as Keras uses) decides when the pass runs: a
     second batch size traces the function with a None batch, which the pass compiles as

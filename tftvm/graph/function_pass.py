@@ -12,7 +12,7 @@ import dataclasses
 import logging
 import time
 
-from . import control_flow, mark
+from . import control_flow, mark, measure
 from .convert import CONVERTERS, tensor_name
 from .inline import inline_calls
 from .freeze import FrozenGraph, fold_constants, imported, with_handle_data
@@ -23,6 +23,8 @@ log = logging.getLogger(__name__)
 # threads, input pipelines rather than model compute; TF wraps some single eager ops in a
 # function of one node each.
 SKIPPED_FUNCTIONS = ("__inference_Dataset_", "__wrapped__")
+VARIABLE_UPDATES = ("AssignVariableOp", "AssignAddVariableOp", "AssignSubVariableOp", "ResourceApply",
+                    "ResourceSparseApply", "ResourceScatter")  # fmt: skip
 
 
 @dataclasses.dataclass
@@ -77,16 +79,23 @@ def _rewrite(graph_def_bytes, function_def, options):
     kept = {n: "a control output of the function" for n in function_def.control_ret.values()}
     # Loop and branch bodies (an RNN's time step) first, as optimize does: the While stays a
     # TF node calling an optimized body function, which TF then lowers into the graph.
-    frozen, bodies = control_flow.optimize_bodies(frozen, lambda body: offload(body, **options))
+    in_loops = dict(options, tvm_must_win_by=measure.TRAINING_LOOP_MARGIN) if _updates_variables(graph_def) else options
+    frozen, bodies = control_flow.optimize_bodies(frozen, lambda body: offload(body, **in_loops))
     in_bodies = sum(b.offloaded for b in control_flow.flatten(bodies))
     clusters, reasons, run = offload(frozen, **options, kept=kept)
     if not clusters and not bodies:
         return b"", None
     summary = report.summarize(frozen, clusters, reasons, in_bodies)
-    done = Rewrite(name, time.perf_counter() - start, summary.offloaded, summary.compute_nodes,
-                   report.format_report(frozen, clusters, reasons, in_bodies))  # fmt: skip
+    text = report.format_report(frozen, clusters, reasons, in_bodies)
+    text += "\n" + report.bodies_text(control_flow.flatten(bodies)) if bodies else ""
+    done = Rewrite(name, time.perf_counter() - start, summary.offloaded, summary.compute_nodes, text)
     rewritten = _with_clusters(run, args, results, function_def).SerializeToString() if summary.offloaded else b""
     return rewritten, done
+
+
+def _updates_variables(graph_def) -> bool:
+    """Does the graph assign to variables (a training step: the optimizer's updates)?"""
+    return any(n.op.startswith(VARIABLE_UPDATES) for n in graph_def.node)
 
 
 def _as_frozen(graph_def, function_def):

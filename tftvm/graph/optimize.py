@@ -57,6 +57,7 @@ class Optimized(tf.Module):
 
     def report(self) -> str:
         text = report.format_report(self._frozen, self._clusters, self._reasons, self._body_offloaded())
+        text += "\n" + report.bodies_text(control_flow.flatten(self.bodies)) if self.bodies else ""
         for i, (abs_err, rel_err) in enumerate(self.validation):
             text += f"\nvalidation: output {i}: max abs error {abs_err:.3g}, max rel error {rel_err:.3g}"
         return text
@@ -102,10 +103,12 @@ def optimize(fn, input_signature=None, *, cache_size: int = 8, min_cluster_size:
 
 
 def offload(frozen, *, min_cluster_size=3, max_clusters=None, allow=None, deny=None, strict=False,
-            target=None, progress=None, database=None, keep_faster=False, kept=None):  # fmt: skip
+            target=None, progress=None, database=None, keep_faster=False, kept=None, tvm_must_win_by=None):  # fmt: skip
     """Mark, partition and compile the nodes of `frozen` (the main graph or a loop body):
     (clusters, reasons, run), `run` being a Python function of its inputs that replays it.
-    `kept` ({node name: why}) names nodes that must stay TF nodes."""
+    `kept` ({node name: why}) names nodes that must stay TF nodes. `tvm_must_win_by`: with
+    `keep_faster`, a cluster stays in TVM only where its own timing is this many times
+    faster than TF's (ties go to TF)."""
     nodes = list(frozen.graph_def.node)
     reasons = {}
     for n in nodes:
@@ -136,7 +139,7 @@ def offload(frozen, *, min_cluster_size=3, max_clusters=None, allow=None, deny=N
                                   [(a, b) for a, b in edges if a in inside and b in inside])  # fmt: skip
             continue
         if keep_faster and step.program is not None:
-            _keep_faster(step, frozen, reasons)
+            _keep_faster(step, frozen, reasons, tvm_must_win_by)
         clusters.append(step)
         if progress is not None:
             progress(len(clusters), len(clusters) + len(pending), step)
@@ -191,10 +194,11 @@ def _compile(step, frozen, target, strict, database) -> str | None:
     return refused
 
 
-def _keep_faster(step, frozen, reasons) -> None:
+def _keep_faster(step, frozen, reasons, tvm_must_win_by=None) -> None:
     """The safety net: a cluster that TF runs faster than its TVM kernels stays in TF; one
     with `None` dims is timed with them at 1 and at 8, and where the verdicts differ, both
-    sides stay in the graph behind a switch on the inputs' size."""
+    sides stay in the graph behind a switch on the inputs' size. With `tvm_must_win_by`,
+    TVM stays only where it is that many times faster at every size measured."""
     dynamic = measure.dynamic_inputs(step, frozen)
     graph_def = measure.subgraph(step, frozen)  # the cluster's constants: copied once, not per size
     for dim in [measure.MEASURE_DIM] + ([measure.LARGE_DIM] if dynamic else []):
@@ -205,8 +209,15 @@ def _keep_faster(step, frozen, reasons) -> None:
                         "as the others do", step.index, dim, err)  # fmt: skip
     if not step.timings:
         return
-    step.switch = measure.size_switch(step, frozen, graph_def, dynamic)
     times = report.timings_text(step)
+    if tvm_must_win_by is not None:
+        if not all(t.tvm_seconds * tvm_must_win_by < t.tf_seconds for t in step.timings.values()):
+            log.info("cluster %d stays in TF: TVM is not %.2fx as fast (%s)", step.index, tvm_must_win_by, times)
+            step.program = None
+            for n in step.nodes:
+                reasons[n.name] = f"TVM is not {tvm_must_win_by:.2f}x as fast as TF in a loop body ({times})"
+        return
+    step.switch = measure.size_switch(step, frozen, graph_def, dynamic)
     if step.switch is not None:
         log.info("cluster %d: TF is faster %s, TVM otherwise (%s)", step.index,
                  "for large inputs" if step.switch.tf_when_large else "for small inputs", times)  # fmt: skip

@@ -94,3 +94,18 @@ def format_report(frozen, clusters, reasons, body_offloaded: int = 0) -> str:
     for (op, why), count in sorted(stayed.items()):
         lines.append(f"stayed in TF: {op} x{count}: {why}")
     return "\n".join(lines)
+
+
+def bodies_text(bodies) -> str:
+    """A line per While/If body function (control_flow.Body, bodies of bodies included): how
+    many of its compute nodes run in TVM, or why it stays as it is."""
+    lines = []
+    for b in bodies:
+        head = f"{b.attr} of {b.node}"
+        if b.replacement is not None:
+            lines.append(f"{head}: {b.offloaded} compute nodes in TVM")
+            continue
+        why = b.error or next((b.reasons[n.name] for c in b.clusters for n in c.nodes if b.reasons.get(n.name)),
+                              "nothing to offload")  # fmt: skip
+        lines.append(f"{head}: stays in TF ({why})")
+    return "\n".join(lines)
