@@ -5,16 +5,15 @@
 For each model, two copies with the same initial weights train on the same batches:
 one as TF runs it, one under `tftvm.enable()` (the pass rewrites Keras' training step:
 forward and backward compute in TVM, the optimizer's updates in TF). First both take the
-same 3 steps and their losses are compared; then their steps (`train_on_batch`) are timed
-in 5 interleaved rounds (the pass switched on for its copy's round only; the first calls of a
-round, untimed, instantiate the step again) and the median of the round medians is kept.
+same 3 steps and their losses are compared (the pass on for the second copy, then off for new
+graphs only: `disable(keep_rewritten=True)`); then their steps (`train_on_batch`) are timed
+in 5 interleaved rounds and the median of the round medians is kept.
 Prints a table: ms per step, the ratio to TF, and the share of the step's compute nodes that
 the pass put in TVM.
 """
 from __future__ import annotations
 
 import argparse
-import contextlib
 import sys
 import time
 from pathlib import Path
@@ -81,22 +80,24 @@ def measure(name: str, build, batch: int, repeats: int) -> dict:
     before = len(enable_pass.rewrites())
     start = time.perf_counter()
     want = [float(in_tf.train_on_batch(x, y)) for x, y in batches]
-    with tftvm.enabled():
+    tftvm.enable()
+    try:
         got = [float(in_tvm.train_on_batch(x, y)) for x, y in batches]
+    finally:  # new graphs (the TF copy's step, instantiated again) run in TF; this one keeps TVM
+        tftvm.disable(keep_rewritten=True)
     first_steps = time.perf_counter() - start
     steps = [r for r in enable_pass.rewrites()[before:] if r.compute_nodes]
     x, y = batches[0]
     times = {"TF": [], "enable": []}
     for _ in range(ROUNDS):  # interleaved
         for way, model in (("TF", in_tf), ("enable", in_tvm)):
-            with tftvm.enabled() if way == "enable" else contextlib.nullcontext():
-                for _ in range(3):  # untimed: the first instantiates the step again
-                    model.train_on_batch(x, y)
-                samples = []
-                for _ in range(max(1, repeats // ROUNDS)):
-                    t = time.perf_counter()
-                    model.train_on_batch(x, y)
-                    samples.append(time.perf_counter() - t)
+            for _ in range(3):  # untimed
+                model.train_on_batch(x, y)
+            samples = []
+            for _ in range(max(1, repeats // ROUNDS)):
+                t = time.perf_counter()
+                model.train_on_batch(x, y)
+                samples.append(time.perf_counter() - t)
             times[way].append(1e3 * float(np.median(samples)))
     tf_ms, tvm_ms = float(np.median(times["TF"])), float(np.median(times["enable"]))
     return {"model": name, "batch": batch,

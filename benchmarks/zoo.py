@@ -25,7 +25,6 @@ tests/test_zoo.py runs a few of these models small.
 from __future__ import annotations
 
 import argparse
-import contextlib
 import sys
 import time
 from pathlib import Path
@@ -178,9 +177,9 @@ def compile_with(path: str, model, signature):
 
 class WithPass:
     """The Keras model as an unchanged script runs it under `tftvm.enable()`: a tf.function of
-    it, called while the pass is on. enable() and disable() make TF instantiate functions
-    again, so a call switches the pass on if it is off (for a run of calls, switch it on once
-    around them: the function is then instantiated, and rewritten, once)."""
+    it, first called (so instantiated, and rewritten by the pass) while the pass is on. The
+    pass is then switched off for new graphs only (`disable(keep_rewritten=True)`), so this
+    function keeps its TVM graph while the other ways run TF's."""
 
     def __init__(self, model, signature, inputs):
         import tensorflow as tf
@@ -189,15 +188,15 @@ class WithPass:
 
         self._fn = tf.function(model, input_signature=list(signature))
         before = len(enable_pass.rewrites())
-        with tftvm.enabled():
+        tftvm.enable()
+        try:
             self._fn(*inputs)
+        finally:
+            tftvm.disable(keep_rewritten=True)
         self._rewrites = enable_pass.rewrites()[before:]
 
     def __call__(self, *inputs):
-        import tftvm
-
-        with tftvm.enabled():
-            return self._fn(*inputs)
+        return self._fn(*inputs)
 
     def summary(self):
         from types import SimpleNamespace
@@ -272,7 +271,6 @@ def settled(compiled, inputs) -> str:
 
 def measure(name: str, build, repeats: int, batch: int = 1, tune_seconds: float = 0) -> list[dict]:
     import tensorflow as tf
-    import tftvm
     from common import median_ms
 
     model, signature, make_inputs = build()
@@ -296,8 +294,7 @@ def measure(name: str, build, repeats: int, batch: int = 1, tune_seconds: float 
                 row["compile s"] = time.perf_counter() - start
             summary = compiled.summary()
             row["in TVM %"] = 100 * summary.fraction
-            with tftvm.enabled() if path == "enable" else contextlib.nullcontext():  # one instantiation per size
-                row["rel error"] = check(model, compiled, make_inputs, batches=sorted({1, 3, batch}))
+            row["rel error"] = check(model, compiled, make_inputs, batches=sorted({1, 3, batch}))
             row["runs in"] = settled(compiled, inputs)
             runs[path] = compiled
         except Exception as err:  # a failing model is a row of the table, not the end of the run
@@ -312,9 +309,8 @@ def measure(name: str, build, repeats: int, batch: int = 1, tune_seconds: float 
     times = {way: [] for way in ["TF", *runs]}
     calls = {"TF": reference, **runs}
     for _ in range(3):  # interleaved rounds, the median of the round medians
-        for way in times:  # the pass is on for its own path only (warm-up calls instantiate)
-            with tftvm.enabled() if way == "enable" else contextlib.nullcontext():
-                times[way].append(median_ms(calls[way], *inputs, repeats=max(1, repeats // 3)))
+        for way in times:
+            times[way].append(median_ms(calls[way], *inputs, repeats=max(1, repeats // 3)))
     tf_ms = float(np.median(times["TF"]))
     for row in rows:
         if row["path"] in times:

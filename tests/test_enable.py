@@ -47,22 +47,28 @@ tf.debugging.set_log_device_placement(True)  # TF's placer logs every node the r
 w = tf.Variable(np.ones((16, 8), np.float32))
 step = tf.function(lambda x: tf.nn.relu(tf.matmul(x, w) + 1.0) * 2.0)
 assert np.allclose(step(tf.ones((4, 16))).numpy(), 34.0)  # instantiated before enable()
-for phase in ("enabled", "disabled"):
+switch = {"enabled": lambda: tftvm.enable(keep_faster=False), "kept": lambda: tftvm.disable(keep_rewritten=True),
+          "disabled": tftvm.disable}
+for phase in ("enabled", "kept", "disabled"):
     sys.stderr.write(f"--- {phase}\\n"); sys.stderr.flush()
-    tftvm.enable(keep_faster=False) if phase == "enabled" else tftvm.disable()
+    switch[phase]()
     assert np.allclose(step(tf.ones((4, 16))).numpy(), 34.0)
 """
 
 
 def test_the_runtime_runs_tvmcall_while_enabled_and_matmul_before_and_after():
-    """The same function, called before enable(), while enabled and after disable(): TF
-    instantiates it again each time, so the pass takes it and gives it back."""
+    """The same function, called before enable(), while enabled, after
+    disable(keep_rewritten=True) and after disable(): TF instantiates it again when the pass
+    comes on and when it goes off (not when rewritten graphs are kept)."""
     done = run_python(PLACEMENT, env={"TF_CPP_MIN_LOG_LEVEL": "0"})
     assert done.returncode == 0, done.stderr[-3000:]
     before, rest = done.stderr.split("--- enabled")
-    enabled, disabled = rest.split("--- disabled")
+    enabled, rest = rest.split("--- kept")
+    kept, disabled = rest.split("--- disabled")
     assert "(MatMul)" in before and "(TvmCall)" not in before, before[-3000:]
     assert "(TvmCall)" in enabled and "(MatMul)" not in enabled, enabled[-3000:]
+    # Not placed again: the function runs the graph instantiated while enabled.
+    assert "Executing op __inference" in kept and "(TvmCall)" not in kept and "(MatMul)" not in kept, kept[-3000:]
     assert "(MatMul)" in disabled and "(TvmCall)" not in disabled, disabled[-3000:]
 
 

@@ -18,6 +18,7 @@ log = logging.getLogger(__name__)
 _state = threading.Lock()
 _options: dict = {}
 _rewrites: list = []  # function_pass.Rewrite per graph the pass saw, in order
+_rewritten_kept = False  # disabled with keep_rewritten=True: TF may still run rewritten graphs
 
 
 def enable(*, min_cluster_size: int = 3, max_clusters: int | None = None, allow: set | None = None,
@@ -44,14 +45,20 @@ def enable(*, min_cluster_size: int = 3, max_clusters: int | None = None, allow:
         log.info("tftvm pass enabled")
 
 
-def disable() -> None:
-    """Every graph runs in TF alone from now on (functions the pass rewrote are instantiated
-    again, from TF's graph, on their next call)."""
+def disable(*, keep_rewritten: bool = False) -> None:
+    """Every graph runs in TF alone from now on: functions the pass rewrote are instantiated
+    again, from TF's graph, on their next call. `keep_rewritten=True` only stops rewriting
+    new graphs (functions already rewritten keep their TVM graphs until TF instantiates them
+    again): to compare functions with and without the pass in one process."""
     import tvm_ffi
 
+    global _rewritten_kept
     setter = tvm_ffi.get_global_func("tftvm.set_graph_pass_enabled", allow_missing=True)
-    if setter is not None and is_enabled():
-        setter(False)
+    if setter is None or not (is_enabled() or _rewritten_kept):
+        return
+    setter(False)
+    _rewritten_kept = keep_rewritten
+    if not keep_rewritten:
         _forget_instantiated_functions()
 
 
