@@ -176,3 +176,27 @@ def test_control_dependencies_survive_the_rewrite():
     np.testing.assert_allclose(fast(x).numpy(), fn(x).numpy(), rtol=1e-6)
     with pytest.raises(tf.errors.InvalidArgumentError, match="assert_less"):
         fast(x + 20.0)
+
+
+def test_a_cluster_reads_the_dims_its_producer_cluster_knows(rng):
+    """TF's shape inference loses the spatial dims of a Reshape to a shape gathered from a
+    Shape (Keras' Dense on a 4-D input); the cluster computing it knows them. A second cluster
+    fed by it after a denied Tanh of it (a control edge: the two cannot merge) gets them, so
+    its depthwise conv, which needs static spatial dims, converts."""
+    w = tf.constant(rng.standard_normal((3, 3, 8, 1)).astype(np.float32))
+
+    def fn(x):
+        a = tf.reshape(x * 2.0, tf.concat([tf.gather(tf.shape(x), [0, 1, 2]), [8]], 0)) + 1.0
+        # traced: TF infers a's shape as [None, None, None, 8]
+        t = tf.tanh(a)
+        with tf.control_dependencies([t]):
+            b = tf.identity(a)
+        return tf.nn.relu(tf.nn.depthwise_conv2d(b, w, [1, 1, 1, 1], "SAME")) * 3.0, t
+
+    optimized = tftvm.optimize(fn, [tf.TensorSpec([None, 5, 5, 8], tf.float32)], deny={"Tanh"})
+    summary = optimized.summary()
+    assert [op.op for op in summary.in_tf] == ["Tanh"], optimized.report()
+    for batch in (1, 3):
+        x = rng.standard_normal((batch, 5, 5, 8)).astype(np.float32)
+        for got, want in zip(optimized(x), fn(x)):
+            np.testing.assert_allclose(got.numpy(), want.numpy(), rtol=1e-5, atol=1e-5)

@@ -72,6 +72,7 @@ class RelaxProgram:
                 else:
                     raise NotImplementedError(f"{name}: cannot run Relax binding {value}")
         self._result = main.body.body
+        self.output_shapes = _static_dims(main.ret_ty)
         self._constants: dict = {}  # id -> (expr kept alive, NumPy value)
         self._tf = tf
 
@@ -110,6 +111,20 @@ class RelaxProgram:
             else:
                 env.append((var, kernel(*[self._resolve(a, env) for a in args])))
         return self._resolve(self._result, env)
+
+
+def _static_dims(ty) -> list:
+    """Per output of a Relax function's result, its dims as Relax knows them statically
+    (an int, or None for a symbolic dim; None for an unknown rank)."""
+    from tvm import relax, tirx
+
+    fields = list(ty.fields) if isinstance(ty, relax.TupleType) else [ty]
+    out = []
+    for field in fields:
+        shape = getattr(field, "shape", None)
+        values = getattr(shape, "values", None)
+        out.append(None if values is None else [int(d.value) if isinstance(d, tirx.IntImm) else None for d in values])
+    return out
 
 
 def dims_as_inputs(func, out_tys: list, tir_vars: list):

@@ -124,7 +124,9 @@ def offload(frozen, *, min_cluster_size=3, max_clusters=None, allow=None, deny=N
         return partition.cluster(names, among, lambda name: reasons[name] is None, min_cluster_size=min_cluster_size,
                                  counts=lambda name: by_name[name].op not in mark.NOT_COMPUTE, **limits)  # fmt: skip
 
-    groups = cluster(order, edges, max_clusters=max_clusters)
+    # Compiled producers first: a cluster's inputs then have the dims its producers' Relax
+    # programs know (_refine_shapes), where TF's shape inference has unknown ones.
+    groups = _producers_first(cluster(order, edges, max_clusters=max_clusters), order, edges)
     clusters, pending = [], list(groups)
     while pending:
         group = pending.pop(0)
@@ -138,6 +140,8 @@ def offload(frozen, *, min_cluster_size=3, max_clusters=None, allow=None, deny=N
             pending[:0] = cluster([n for n in order if n in inside],
                                   [(a, b) for a, b in edges if a in inside and b in inside])  # fmt: skip
             continue
+        if step.program is not None:
+            _refine_shapes(step, frozen)
         if keep_faster and step.program is not None:
             _keep_faster(step, frozen, reasons, tvm_must_win_by)
         clusters.append(step)
@@ -194,6 +198,19 @@ def _compile(step, frozen, target, strict, database) -> str | None:
     return refused
 
 
+def _refine_shapes(step, frozen) -> None:
+    """Give the graph's tensors that `step` computes the dims its Relax program knows: a
+    Reshape to a shape computed from a Shape (a Dense on a 4-D input) has unknown dims for
+    TF's shape inference, static ones in Relax; clusters compiled later read them as inputs."""
+    for name, dims in zip(step.outputs, step.program.output_shapes):
+        if dims is not None:
+            try:
+                frozen.tensor(name).set_shape(dims)
+            except ValueError as err:  # TF's shape and Relax's disagree: keep TF's, say so
+                log.warning("cluster %d: output %s is %s in Relax, %s in TF: %s", step.index, name, dims,
+                            frozen.tensor(name).shape, err)  # fmt: skip
+
+
 def _keep_faster(step, frozen, reasons, tvm_must_win_by=None) -> None:
     """The safety net: a cluster that TF runs faster than its TVM kernels stays in TF; one
     with `None` dims is timed with them at 1 and at 8, and where the verdicts differ, both
@@ -240,6 +257,18 @@ def _topology(nodes):
                 consumers[t if ":" in t else t + ":0"].append(n.name)
     order = postorder(names, lambda name: sorted(preds[name]))
     return order, edges, consumers
+
+
+def _producers_first(groups, order, edges) -> list:
+    """`groups` (lists of node names, acyclic between them) in topological order."""
+    owner = {name: i for i, group in enumerate(groups) for name in group}
+    preds = defaultdict(set)
+    for a, b in edges:
+        sa, sb = owner.get(a, a), owner.get(b, b)
+        if sa != sb:
+            preds[sb].add(sa)
+    steps = postorder([owner.get(name, name) for name in order], lambda step: sorted(preds[step], key=str))
+    return [groups[step] for step in steps if isinstance(step, int)]
 
 
 def _schedule(order, edges, clusters):
