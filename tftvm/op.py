@@ -72,6 +72,15 @@ class TvmOp:
             return outputs[0] if self._tftvm_single else tuple(outputs)
         return self._tftvm_slow_call(args)
 
+    def memoized(self, *args):
+        """Call the op as a node that, run again on the very same input buffers (a model's
+        weights, read from its variables), returns its last outputs without running TVM
+        (see tvm_call.cc: TF never writes a buffer the node still holds)."""
+        tensors = [self._tftvm_check(a, i) for i, a in enumerate(args)]
+        attrs = self._tftvm_eager_attrs if tf.executing_eagerly() else self._tftvm_graph_attrs
+        outputs = self._tftvm_call(tensors, memoize=True, **attrs)
+        return outputs[0] if self._tftvm_single else tuple(outputs)
+
     def _tftvm_all_eager_and_typed(self, args) -> bool:
         enums = self._tftvm_dtype_enums
         if len(args) != len(enums):

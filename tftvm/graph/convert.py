@@ -622,7 +622,9 @@ def _fused_batch_norm(ctx, node, x, scale, offset, mean, variance, *rest):
     op, relax = _relax().op, _relax()
     eps = relax.const(float(ctx.attr(node, "epsilon", 1e-3)), ctx.attr(node, "T"))
     inv = op.multiply(op.rsqrt(op.add(variance, eps)), scale)
-    return op.add(op.multiply(op.subtract(x, mean), inv), offset)
+    # x * inv + shift, as TF's own kernel computes it: a conv's x * inv then folds into its
+    # weights (fold_scales), and the shift is computed from the statistics alone.
+    return op.add(op.multiply(x, inv), op.subtract(offset, op.multiply(mean, inv)))
 
 
 @converts("Pad", "PadV2")

@@ -79,7 +79,10 @@ def _rewrite(graph_def_bytes, function_def, options):
     kept = {n: "a control output of the function" for n in function_def.control_ret.values()}
     # Loop and branch bodies (an RNN's time step) first, as optimize does: the While stays a
     # TF node calling an optimized body function, which TF then lowers into the graph.
-    in_loops = dict(options, tvm_must_win_by=measure.TRAINING_LOOP_MARGIN) if _updates_variables(graph_def) else options
+    if _updates_variables(graph_def):
+        in_loops = dict(options, tvm_must_win_by=measure.TRAINING_LOOP_MARGIN)
+    else:  # an inference graph: its variables hold still between calls
+        options = in_loops = dict(options, memoize_weights=True)
     frozen, bodies = control_flow.optimize_bodies(frozen, lambda body: offload(body, **in_loops))
     in_bodies = sum(b.offloaded for b in control_flow.flatten(bodies))
     clusters, reasons, run = offload(frozen, **options, kept=kept)

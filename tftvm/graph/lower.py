@@ -38,21 +38,88 @@ def fuse(mod):
 
 
 class RelaxProgram:
-    """Callable on TF tensors: runs the fused kernels of `mod["main"]` as tftvm ops."""
+    """Callable on TF tensors: runs the fused kernels of `mod["main"]` as tftvm ops.
 
-    def __init__(self, mod, name: str, target=None, schedule: bool = True, database=None):
+    `weights`: indices of the inputs that are a model's variables (constant from call to
+    call, unknown at compile time). What is computed from them alone (a batch norm's
+    `rsqrt(variance + eps) * scale`) is lifted out of the activation kernels by Relax's
+    LiftTransformParams into kernels of its own: fused into a conv, the schedule would
+    recompute it per output element (MobileNetV2's kernels ran 25% slower so). With
+    `memoize_weights`, those kernels are memoized nodes (TvmOp.memoized): they run again
+    only when a variable is given a new buffer. Not for a training step, whose variables
+    change every call: a held buffer would make each update copy the variable first.
+    """
+
+    def __init__(self, mod, name: str, target=None, schedule: bool = True, database=None, weights=(),
+                 memoize_weights: bool = False):  # fmt: skip
         import tensorflow as tf
-        from tvm import relax
 
         from ..op import op
+        from . import fold_scales
 
-        fused = fuse(mod)
-        main = fused["main"]
         self.name = name
-        self.params = list(main.params)
+        self.params = list(mod["main"].params)
+        mod = fold_scales.fold(mod, sorted(weights))
+        self._lifted = _lift_weights(mod, sorted(weights)) if weights else None
+        if self._lifted is not None:
+            mod, self._runtime, self._weights = self._lifted
+        fused = fuse(mod)
         self.kernels = []  # the tftvm ops, in call order
-        self._steps = []  # (var, op or None, args or value)
-        for block in main.body.blocks:
+
+        def kernel(gv, out_tys, tir_vars):
+            func, dims = dims_as_inputs(fused[gv], out_tys, tir_vars)
+            compiled = op(func, num_outputs=len(out_tys), name=f"{name}/{gv.name_hint}", target=target,
+                          schedule=schedule, database=database)  # fmt: skip
+            self.kernels.append(compiled)
+            return compiled, dims
+
+        self._prepare = None
+        if self._lifted:
+            self._prepare = _Steps(name, fused["main_transform_params"], kernel, memoize=memoize_weights)
+        self._main = _Steps(name, fused["main"], kernel)
+        self.output_shapes = _static_dims(fused["main"].ret_ty)
+        self._tf = tf
+
+    def __call__(self, *inputs):
+        if len(inputs) != len(self.params):
+            raise TypeError(f"{self.name} takes {len(self.params)} inputs, got {len(inputs)}")
+        if self._prepare is not None:
+            # main_transform_params takes the weights as one tuple
+            prepared = self._prepare.run([tuple(inputs[i] for i in self._weights)], self._tf)
+            inputs = [inputs[i] for i in self._runtime] + list(prepared)
+        return self._main.run(inputs, self._tf)
+
+
+def _lift_weights(mod, weights: list):
+    """`mod` with what its weights alone compute lifted into `main_transform_params`, whose
+    results `main` takes after its other inputs: (module, runtime input indices, weight
+    input indices); None where nothing is computed from the weights alone."""
+    import tvm
+    from tvm import relax
+
+    main = mod["main"]
+    runtime = [i for i in range(len(main.params)) if i not in weights]
+    params = [main.params[i] for i in runtime + weights]
+    moved = relax.Function(params, main.body, main.ret_ty, main.is_pure, main.attrs)
+    mod = tvm.IRModule(dict(mod.functions))
+    mod["main"] = moved.with_attr("num_input", len(runtime))
+    lifted = relax.transform.LiftTransformParams()(mod)
+    prepare = lifted["main_transform_params"]
+    if not any(isinstance(b.value, relax.Call) for block in prepare.body.blocks for b in block.bindings):
+        return None  # the weights are only passed through
+    return lifted, runtime, weights
+
+
+class _Steps:
+    """The bindings of one fused Relax function, each a tftvm op call or a TF-side step."""
+
+    def __init__(self, name: str, func, kernel, memoize: bool = False):
+        from tvm import relax
+
+        self.name = name
+        self.params = list(func.params)
+        self.steps = []  # (var, op or None, args or value)
+        for block in func.body.blocks:
             for binding in block.bindings:
                 value = binding.value
                 if isinstance(value, relax.Call) and getattr(value.op, "name", "") == "relax.call_tir":
@@ -60,30 +127,34 @@ class RelaxProgram:
                     tir_vars = list(value.args[2].values) if len(value.args) > 2 else []
                     out_ty = value.ty_args[0]
                     out_tys = list(out_ty.fields) if isinstance(out_ty, relax.TupleType) else [out_ty]
-                    func, dims = dims_as_inputs(fused[gv], out_tys, tir_vars)
-                    kernel = op(func, num_outputs=len(out_tys), name=f"{name}/{gv.name_hint}",
-                                target=target, schedule=schedule, database=database)  # fmt: skip
-                    self.kernels.append(kernel)
-                    self._steps.append((binding.var, kernel, list(args.fields) + dims))
+                    compiled, dims = kernel(gv, out_tys, tir_vars)
+                    self.steps.append((binding.var, compiled.memoized if memoize else compiled, list(args.fields) + dims))
                 elif isinstance(value, relax.Call) and getattr(value.op, "name", "") == "relax.reshape":
-                    self._steps.append((binding.var, _reshape, list(value.args)))
+                    self.steps.append((binding.var, _reshape, list(value.args)))
                 elif isinstance(value, (relax.Tuple, relax.TupleGetItem, relax.Var)):
-                    self._steps.append((binding.var, None, value))
+                    self.steps.append((binding.var, None, value))
                 else:
                     raise NotImplementedError(f"{name}: cannot run Relax binding {value}")
-        self._result = main.body.body
-        self.output_shapes = _static_dims(main.ret_ty)
+        self.result = func.body.body
         self._constants: dict = {}  # id -> (expr kept alive, NumPy value)
-        self._tf = tf
 
-    def _resolve(self, expr, env):
+    def run(self, inputs, tf):
+        env = list(zip(self.params, inputs))
+        for var, kernel, args in self.steps:
+            if kernel is None:
+                env.append((var, self._resolve(args, env, tf)))
+            else:
+                env.append((var, kernel(*[self._resolve(a, env, tf) for a in args])))
+        return self._resolve(self.result, env, tf)
+
+    def _resolve(self, expr, env, tf):
         import tvm
         from tvm import relax, tirx
 
         if isinstance(expr, relax.Tuple):
-            return tuple(self._resolve(f, env) for f in expr.fields)
+            return tuple(self._resolve(f, env, tf) for f in expr.fields)
         if isinstance(expr, relax.TupleGetItem):
-            return self._resolve(expr.tuple_value, env)[expr.index]
+            return self._resolve(expr.tuple_value, env, tf)[expr.index]
         if tvm.ir.is_prim_expr(expr):  # a symbolic dim a kernel takes as a scalar
             return _eval_dim(expr, env[: len(self.params)])
         if isinstance(expr, relax.Var):
@@ -98,19 +169,8 @@ class RelaxProgram:
             key = id(expr)
             if key not in self._constants:  # NumPy, not a tensor: a tensor would belong to one trace
                 self._constants[key] = (expr, expr.value.numpy())
-            return self._tf.constant(self._constants[key][1])
+            return tf.constant(self._constants[key][1])
         raise NotImplementedError(f"{self.name}: cannot pass {expr} to a kernel")
-
-    def __call__(self, *inputs):
-        if len(inputs) != len(self.params):
-            raise TypeError(f"{self.name} takes {len(self.params)} inputs, got {len(inputs)}")
-        env = list(zip(self.params, inputs))
-        for var, kernel, args in self._steps:
-            if kernel is None:
-                env.append((var, self._resolve(args, env)))
-            else:
-                env.append((var, kernel(*[self._resolve(a, env) for a in args])))
-        return self._resolve(self._result, env)
 
 
 def _static_dims(ty) -> list:

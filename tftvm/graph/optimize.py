@@ -103,12 +103,14 @@ def optimize(fn, input_signature=None, *, cache_size: int = 8, min_cluster_size:
 
 
 def offload(frozen, *, min_cluster_size=3, max_clusters=None, allow=None, deny=None, strict=False,
-            target=None, progress=None, database=None, keep_faster=False, kept=None, tvm_must_win_by=None):  # fmt: skip
+            target=None, progress=None, database=None, keep_faster=False, kept=None, tvm_must_win_by=None,
+            memoize_weights=False):  # fmt: skip
     """Mark, partition and compile the nodes of `frozen` (the main graph or a loop body):
     (clusters, reasons, run), `run` being a Python function of its inputs that replays it.
     `kept` ({node name: why}) names nodes that must stay TF nodes. `tvm_must_win_by`: with
     `keep_faster`, a cluster stays in TVM only where its own timing is this many times
-    faster than TF's (ties go to TF)."""
+    faster than TF's (ties go to TF). `memoize_weights`: what is computed from variables
+    alone runs again only when they change (a graph that does not update its variables)."""
     nodes = list(frozen.graph_def.node)
     reasons = {}
     for n in nodes:
@@ -133,7 +135,7 @@ def offload(frozen, *, min_cluster_size=3, max_clusters=None, allow=None, deny=N
         members = [by_name[name] for name in group]
         inputs, outputs = rewrite.cluster_boundary(members, frozen, consumers)
         step = rewrite.ClusterStep(len(clusters), members, inputs, outputs)
-        refused = _compile(step, frozen, target, strict, database)
+        refused = _compile(step, frozen, target, strict, database, memoize_weights)
         if refused is not None:  # one node refused: it stays in TF, the rest is clustered again
             reasons[refused] = step.error
             inside = set(group)
@@ -178,7 +180,7 @@ def _compare(fn, optimized, inputs) -> list[tuple[float, float]]:
     return errors
 
 
-def _compile(step, frozen, target, strict, database) -> str | None:
+def _compile(step, frozen, target, strict, database, memoize_weights=False) -> str | None:
     """Compile `step`; on failure keep the reason in `step.error` and return the node that
     refused to convert, if one did (else the whole cluster stays in TF)."""
     start = time.perf_counter()
@@ -186,7 +188,9 @@ def _compile(step, frozen, target, strict, database) -> str | None:
     try:
         specs = [(t, frozen.tensor(t).dtype.name, tuple(frozen.tensor(t).shape.as_list())) for t in step.inputs]
         mod = convert.to_relax(step.nodes, specs, step.outputs)
-        step.program = lower.RelaxProgram(mod, name=f"cluster{step.index}", target=target, database=database)
+        weights = [i for i, t in enumerate(step.inputs) if _reads_a_variable(frozen.tensor(t))]
+        step.program = lower.RelaxProgram(mod, name=f"cluster{step.index}", target=target, database=database,
+                                          weights=weights, memoize_weights=memoize_weights)  # fmt: skip
     except Exception as err:  # any failure leaves the cluster (or the refusing node) in TF, with the reason
         if strict:
             raise
@@ -196,6 +200,13 @@ def _compile(step, frozen, target, strict, database) -> str | None:
     step.compile_seconds = time.perf_counter() - start
     log.info("cluster %d: %d nodes, %.2f s", step.index, len(step.nodes), step.compile_seconds)
     return refused
+
+
+def _reads_a_variable(tensor) -> bool:
+    """Is `tensor` a variable's value (under enable(), a model's weights are variables)?"""
+    while tensor.op.type == "Identity":
+        tensor = tensor.op.inputs[0]
+    return tensor.op.type == "ReadVariableOp"
 
 
 def _refine_shapes(step, frozen) -> None:

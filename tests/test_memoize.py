@@ -1,0 +1,123 @@
+"""Memoized TvmCall nodes: a computation from a model's weights alone runs once, not per call.
+
+A memoized node keeps its last inputs and outputs and returns the outputs again while its
+inputs are the very same buffers. That is right only while TF never writes a buffer the node
+still holds: every way TF updates a variable must give the variable a new buffer (or copy
+before writing) rather than write the held one. These tests update variables each of those
+ways and compare with NumPy; a stale result fails them.
+"""
+import keras
+import numpy as np
+import pytest
+import tensorflow as tf
+import tftvm
+from tvm import te
+
+N = 64
+
+
+@pytest.fixture(scope="module")
+def affine():
+    x = te.placeholder((N,), "float32", name="x")
+    y = te.compute((N,), lambda i: x[i] * 2.0 + 1.0, name="y")
+    return tftvm.op([x], y, name="affine")
+
+
+def address(t) -> int:
+    return np.asarray(t).__array_interface__["data"][0]  # TF hands NumPy its CPU buffer
+
+
+UPDATES = {  # each way of changing a variable, with what NumPy then expects it to hold
+    "assign": lambda v, n: v.assign(n),
+    "assign_add": lambda v, n: v.assign_add(n - v.numpy()),
+    "assign_sub": lambda v, n: v.assign_sub(v.numpy() - n),
+    "slice_assign": lambda v, n: (v[: N // 2].assign(n[: N // 2]), v[N // 2 :].assign(n[N // 2 :])),
+    "scatter_update": lambda v, n: v.scatter_update(tf.IndexedSlices(tf.constant(n), tf.range(N))),
+    "sgd_step": lambda v, n: keras.optimizers.SGD(1.0).apply([tf.constant(v.numpy() - n)], [v]),
+}
+
+
+@pytest.mark.parametrize("update", sorted(UPDATES))
+def test_a_memoized_op_follows_every_kind_of_variable_update(affine, update, rng):
+    v = tf.Variable(rng.standard_normal(N).astype(np.float32))
+    f = tf.function(lambda: affine.memoized(v.read_value()))
+    first = f()
+    np.testing.assert_allclose(first, v.numpy() * 2 + 1, rtol=1e-6)
+    held = first.numpy().copy()
+    new = rng.standard_normal(N).astype(np.float32)
+    UPDATES[update](v, new)
+    np.testing.assert_allclose(v.numpy(), new, atol=1e-6)
+    np.testing.assert_allclose(f(), v.numpy() * 2 + 1, rtol=1e-6)
+    np.testing.assert_array_equal(first, held)  # the first result, still held by us, is unchanged
+
+
+def test_the_same_buffers_replay_the_last_outputs_and_new_ones_recompute(affine, rng):
+    v = tf.Variable(rng.standard_normal(N).astype(np.float32))
+    f = tf.function(lambda: affine.memoized(v.read_value()))
+    a, b = f(), f()
+    assert address(a) == address(b)  # replayed: the node's own output buffer
+    g = tf.function(lambda x: affine.memoized(x))
+    for _ in range(3):  # a fresh input buffer each call
+        x = rng.standard_normal(N).astype(np.float32)
+        np.testing.assert_allclose(g(tf.constant(x)), x * 2 + 1, rtol=1e-6)
+
+
+def test_a_consumer_cannot_write_into_a_replayed_output(affine, rng):
+    """TF ops reuse an input's buffer for their output only where nothing else holds it: the
+    memo holds its outputs, so an in-place candidate (an add of the output) writes elsewhere."""
+    v = tf.Variable(rng.standard_normal(N).astype(np.float32))
+    f = tf.function(lambda: affine.memoized(v.read_value()) + 1.0)
+    want = v.numpy() * 2 + 2
+    for _ in range(3):
+        np.testing.assert_allclose(f(), want, rtol=1e-6)
+
+
+def bn_model():
+    """Conv + batch norm with statistics far from their initial values, as a trained model has."""
+    keras.utils.set_random_seed(0)
+    model = keras.Sequential([keras.Input((8, 8, 3)), keras.layers.Conv2D(8, 3, padding="same"),
+                              keras.layers.BatchNormalization(), keras.layers.ReLU(),
+                              keras.layers.DepthwiseConv2D(3, padding="same"), keras.layers.BatchNormalization(),
+                              keras.layers.GlobalAveragePooling2D(), keras.layers.Dense(4)])  # fmt: skip
+    randomize_batch_norms(model, np.random.default_rng(1))
+    return model
+
+
+def randomize_batch_norms(model, rng):
+    for layer in model.layers:
+        if isinstance(layer, keras.layers.BatchNormalization):
+            for v, (lo, hi) in zip(layer.weights, [(0.5, 1.5), (-0.5, 0.5), (-0.5, 0.5), (0.5, 2.0)]):
+                v.assign(rng.uniform(lo, hi, v.shape).astype(np.float32))
+
+
+def test_under_enable_batch_norm_statistics_changed_after_the_first_call_show(rng):
+    """The pass lifts rsqrt(variance + eps) * scale into memoized kernels; new statistics (set
+    by hand, then by a training step) must reach the next prediction."""
+    model = bn_model()
+    x = rng.standard_normal((2, 8, 8, 3)).astype(np.float32)
+    with tftvm.enabled(keep_faster=False):
+        predict = tf.function(lambda x: model(x, training=False))
+        np.testing.assert_allclose(predict(x), model(x, training=False), rtol=1e-5, atol=1e-5)
+        assert "Rsqrt" in tftvm.enabled_report()
+        randomize_batch_norms(model, np.random.default_rng(2))
+        np.testing.assert_allclose(predict(x), model(x, training=False), rtol=1e-5, atol=1e-5)
+        model.compile(optimizer=keras.optimizers.SGD(0.5), loss="mse")
+        model.fit(x, rng.standard_normal((2, 4)).astype(np.float32), epochs=1, verbose=0)
+    tftvm.disable(keep_rewritten=True)  # `predict` keeps its rewritten graph; TF checks it
+    np.testing.assert_allclose(predict(x), model(x, training=False), rtol=1e-5, atol=1e-5)
+    tftvm.disable()
+
+
+def test_batch_norm_folds_into_the_conv_weights_on_every_path(rng):
+    """conv (+ bias) then batch norm: the scale goes into the weights (fold_scales), frozen
+    (optimize: constants) or not (enable: variables, lifted out of the activation kernels)."""
+    model = bn_model()
+    x = rng.standard_normal((2, 8, 8, 3)).astype(np.float32)
+    want = model(x, training=False)
+    kernels = []
+    optimized = tftvm.optimize(tf.function(lambda x: model(x, training=False), autograph=False),
+                               [tf.TensorSpec([2, 8, 8, 3])], keep_faster=False)  # fmt: skip
+    np.testing.assert_allclose(optimized(x), want, rtol=1e-5, atol=1e-5)
+    kernels += [k.name for k in optimized.kernels()]
+    convs = [k for k in kernels if "conv2d" in k]
+    assert len(convs) == 2 and not any("multiply" in k for k in convs), kernels
