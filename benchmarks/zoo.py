@@ -3,7 +3,7 @@
     python benchmarks/zoo.py [--models NAME,NAME] [--size S] [--batch B] [--repeats N]
                              [--tune SECONDS] [--markdown FILE]
 
-One model of every keras.applications family (random weights, the smallest input
+One model of every keras.applications family (random weights and batch-norm statistics, the smallest input
 each accepts unless --size), Keras RNN and text models (LSTM, GRU, SimpleRNN with
 states, Bidirectional, Conv1D), a two-input model, a Transformer encoder block (10x32, and
 128 tokens x 512 with 8 heads and a 2048-unit MLP) and an MLP (3 x 1024 units).
@@ -50,9 +50,24 @@ def application(name: str, size: int):
         # Logits, not the softmax: a softmax of random-weight logits is ~uniform and hides errors.
         model = getattr(keras.applications, name)(weights=None, input_shape=(size, size, 3),
                                                    classifier_activation=None)  # fmt: skip
+        trained_statistics(model)
         return model, [_spec([None, size, size, 3])], lambda rng, b: [rng.standard_normal((b, size, size, 3)).astype(np.float32)]
 
     return build
+
+
+def trained_statistics(model) -> None:
+    """Batch norms with statistics as training leaves them, not their initial ones: at mean 0,
+    variance 1, scale 1 and offset 0, TF's constant folding removes most of a frozen batch norm,
+    which flatters the frozen paths (optimize, compile_model) against enable()'s variables."""
+    import keras
+
+    rng = np.random.default_rng(0)
+    for layer in model._flatten_layers():
+        if isinstance(layer, keras.layers.BatchNormalization):
+            for weight in layer.weights:  # gamma, beta, moving mean, moving variance, as present
+                low, high = {"gamma": (0.5, 1.5), "moving_variance": (0.5, 2.0)}.get(weight.name, (-0.5, 0.5))
+                weight.assign(rng.uniform(low, high, weight.shape).astype(np.float32))
 
 
 def _spec(shape, dtype="float32"):

@@ -202,6 +202,28 @@ def test_a_new_shape_compiles_symbolic_kernels_once_and_the_cache_serves_repeats
     assert "from the cache" in tftvm.enabled_report()
 
 
+def test_a_function_instantiated_again_is_one_report_entry_with_summed_counts(rng):
+    """enable() with new options makes TF instantiate the same function again: the report keeps
+    one entry for it (its latest report), counting both instantiations' kernels."""
+    w = tf.Variable(rng.standard_normal((16, 8)).astype(np.float32))
+    b = tf.Variable(rng.standard_normal(8).astype(np.float32))
+    x = tf.constant(rng.standard_normal((4, 16)).astype(np.float32))
+    step = dense_step(w, b)
+    before = len(enable_pass.rewrites())
+    tftvm.enable(**OPTIONS)
+    step(x)
+    tftvm.enable(min_cluster_size=2, **OPTIONS)  # new options: TF instantiates `step` again
+    np.testing.assert_allclose(step(x), np.maximum(x.numpy() @ w.numpy() + b.numpy(), 0) * 2.0, rtol=1e-5, atol=1e-5)
+    first, second = enable_pass.rewrites()[before:]
+    assert first.function == second.function
+    report = tftvm.enabled_report()
+    entry = [part for part in report.split("\n\n") if part.startswith(first.function + ":")]
+    assert len(entry) == 1 and "instantiated 2 times" in entry[0], report
+    kernels = first.compiled + first.cached + second.compiled + second.cached
+    assert f"({first.compiled + second.compiled} kernels compiled, {first.cached + second.cached} from the cache)" in entry[0]
+    assert kernels >= 2
+
+
 def test_a_failure_in_the_pass_leaves_the_graph_to_tf(rng):
     w = tf.Variable(rng.standard_normal((16, 8)).astype(np.float32))
     b = tf.Variable(rng.standard_normal(8).astype(np.float32))
@@ -209,7 +231,8 @@ def test_a_failure_in_the_pass_leaves_the_graph_to_tf(rng):
     with tftvm.enabled(target={"kind": "no-such-target"}, **OPTIONS):
         got = dense_step(w, b)(x).numpy()
     np.testing.assert_allclose(got, np.maximum(x.numpy() @ w.numpy() + b.numpy(), 0) * 2.0, rtol=1e-5, atol=1e-5)
-    assert "no-such-target" in tftvm.enabled_report()
+    report = tftvm.enabled_report()
+    assert "no-such-target" in report and "__inference_step" in report, report  # named, not "graph"
 
 
 def test_disable_and_the_context_manager_restore_the_state():

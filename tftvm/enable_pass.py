@@ -100,15 +100,24 @@ def rewrites() -> list:
 
 
 def enabled_report() -> str:
-    """What the pass did, per graph: offloaded compute nodes, compile time, kernels compiled
+    """What the pass did, per function: offloaded compute nodes, compile time, kernels compiled
     and found in the kernel cache, and optimize's report (clusters, and why the rest stayed
-    in TF)."""
+    in TF). A function TF instantiated more than once (again after enable(), or in another
+    runtime) is one entry: its latest report, with the times and kernel counts summed."""
     if not _rewrites:
         return "tftvm pass: no graph converted yet"
-    parts = []
+    by_function: dict = {}
     for r in list(_rewrites):
-        head = (f"{r.function}: {r.offloaded} of {r.compute_nodes} compute nodes offloaded in {r.seconds:.2f} s "
-                f"({r.compiled} kernels compiled, {r.cached} from the cache)")  # fmt: skip
+        by_function.setdefault(r.function, []).append(r)
+    parts = []
+    for name, runs in by_function.items():
+        r = runs[-1]
+        seconds = sum(x.seconds for x in runs)
+        compiled, cached = sum(x.compiled for x in runs), sum(x.cached for x in runs)
+        head = (f"{name}: {r.offloaded} of {r.compute_nodes} compute nodes offloaded in {seconds:.2f} s "
+                f"({compiled} kernels compiled, {cached} from the cache)")  # fmt: skip
+        if len(runs) > 1:
+            head += f"; instantiated {len(runs)} times"
         parts.append(f"{head}\n  error: {r.error}" if r.error else f"{head}\n{r.report}")
     return "\n\n".join(parts)
 
@@ -119,12 +128,22 @@ def _graph_pass(graph_def: bytes, function_def: bytes) -> bytes:
     try:
         rewritten, done = function_pass.rewrite(bytes(graph_def), bytes(function_def), dict(_options))
     except Exception as err:  # noqa: BLE001  the user's program must run on: this graph stays in TF
-        log.warning("tftvm pass: the graph runs in TF: %s: %s", type(err).__name__, err)
-        _rewrites.append(function_pass.Rewrite("graph", 0.0, 0, 0, "", f"{type(err).__name__}: {err}"))
+        name = _function_name(function_def)
+        log.warning("tftvm pass: %s runs in TF: %s: %s", name, type(err).__name__, err)
+        _rewrites.append(function_pass.Rewrite(name, 0.0, 0, 0, "", f"{type(err).__name__}: {err}"))
         return b""
     if done is not None:
         _rewrites.append(done)
     return rewritten
+
+
+def _function_name(function_def: bytes) -> str:
+    from tensorflow.core.framework.function_pb2 import FunctionDef
+
+    try:
+        return FunctionDef.FromString(bytes(function_def)).signature.name or "graph"
+    except Exception:  # noqa: BLE001  a name for the report only
+        return "graph"
 
 
 def enable_from_environment() -> None:
