@@ -11,14 +11,11 @@ Intermediate stages are recomputed in the backward kernel, not stored.
 """
 from __future__ import annotations
 
-from typing import Callable
 
-
-def backward_op(inputs, outputs, name: str) -> Callable:
-    """A grad= callable (forward inputs, outputs, upstream) -> gradients of float inputs."""
+def backward_compute(inputs, outputs, name: str) -> tuple[list, list]:
+    """The backward of a TE compute as TE again: (its inputs: the forward inputs, then one
+    upstream gradient per output; its outputs: the gradient of each floating-point input)."""
     from tvm import te
-
-    from .op import op
 
     upstream = [te.placeholder(t.shape, t.dtype, name=f"d_{t.op.name}") for t in outputs]
     adjoint = _adjoints(outputs, upstream)
@@ -31,9 +28,7 @@ def backward_op(inputs, outputs, name: str) -> Callable:
         if g is None:  # the outputs do not depend on x
             g = te.compute(x.shape, _constant(_zero(x.dtype)), name=f"d_{x.op.name}")
         grads.append(g)
-    backward = op(list(inputs) + upstream, grads, name=f"{name}_grad")
-    n_in, n_out = len(inputs), len(outputs)
-    return lambda *args: backward(*args[:n_in], *args[n_in + n_out:])
+    return list(inputs) + upstream, grads
 
 
 def _is_float(dtype) -> bool:

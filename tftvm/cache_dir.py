@@ -33,6 +33,12 @@ def subdir(name: str) -> Path:
 
 
 @functools.lru_cache(maxsize=None)
+def module_dir() -> Path:
+    """The compiled TVM modules, one `<sha256>.so` per kernel: the bridge kernel loads a
+    TvmCall node's module from here by its key."""
+    return subdir("modules")
+
+
 def usable_root(root: str) -> Path:
     path = Path(root)
     try:

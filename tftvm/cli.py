@@ -37,7 +37,7 @@ def _doctor(args) -> int:
     print(f"compiler       {shutil.which(cxx) or cxx + ' (not found)'}")
     print(f"cache root     {cache_dir.cache_root()}")
     print(f"bridge library {native.library_path()}")
-    print(f"module dir     {kernel.module_dir()}")
+    print(f"module dir     {cache_dir.module_dir()}")
     print(f"default target {kernel.resolve_target(None)}")
     try:
         native.load()

@@ -82,16 +82,6 @@ class Kernel:
         }, indent=1).encode()  # fmt: skip
 
 
-def module_dir() -> Path:
-    return cache_dir.subdir("modules")
-
-
-def set_native_module_dir() -> None:
-    import tvm_ffi
-
-    tvm_ffi.get_global_func("tftvm.set_module_dir")(str(module_dir()))
-
-
 @functools.lru_cache(maxsize=None)
 def _register(key: str, library: bytes) -> None:
     import tvm
@@ -100,7 +90,7 @@ def _register(key: str, library: bytes) -> None:
     from . import native
 
     native.load()
-    path = module_dir() / f"{key}.so"
+    path = cache_dir.module_dir() / f"{key}.so"
     try:
         if not path.exists() or path.read_bytes() != library:
             cache_dir.atomic_write(path, library)

@@ -123,8 +123,7 @@ def load():
     """The loaded op library (its `tvm_call` wrapper); builds it on first use."""
     import tensorflow as tf
     import tvm  # noqa: F401  registers TVM's module loaders the kernel relies on
-
-    from . import kernel
+    import tvm_ffi
 
     lib = build()
     try:
@@ -132,5 +131,6 @@ def load():
     except tf.errors.NotFoundError as err:
         log.warning("cached bridge library %s does not load (%s); rebuilding", lib, err)
         ops = tf.load_op_library(str(build(force=True)))
-    kernel.set_native_module_dir()
+    # Where the kernel finds the library of a TvmCall node by its key (kernel.py writes them).
+    tvm_ffi.get_global_func("tftvm.set_module_dir")(str(cache_dir.module_dir()))
     return ops

@@ -204,13 +204,22 @@ def op(inputs_or_func, outputs=None, *, name: str | None = None, func_name: str 
     if isinstance(grad, str) and grad == "auto":
         if not te_form:
             raise ValueError(f"grad='auto' for '{name}' needs the TE form tftvm.op(inputs, outputs)")
-        from . import autodiff
-
-        grad = autodiff.backward_op(ins, outs, name)
+        grad = _auto_grad(ins, outs, name, target, database)
     options = dict(func_name=_symbol(func_name or name), num_outputs=num_outputs or 1,
                    target=target, schedule=schedule, database=database)  # fmt: skip
     kernel = kernel_lib.compile_prim_func(func, **options)
     return TvmOp(kernel, name, grad=grad, prim_func=func, compile_options=options)
+
+
+def _auto_grad(ins, outs, name: str, target, database):
+    """grad="auto": the backward autodiff derives from the TE compute, compiled as another op,
+    as a grad= callable (forward inputs, outputs, upstream gradients) -> input gradients."""
+    from . import autodiff
+
+    backward = op(*autodiff.backward_compute(ins, outs, name), name=f"{name}_grad", target=target,
+                  database=database)  # fmt: skip
+    n_in, n_out = len(ins), len(outs)
+    return lambda *args: backward(*args[:n_in], *args[n_in + n_out :])
 
 
 def _is_te_list(x) -> bool:
