@@ -14,7 +14,7 @@ def test_docs_build_offline_with_every_tutorial(tmp_path):
                            str(tmp_path / "docs"), str(out)], capture_output=True, text=True, timeout=600)  # fmt: skip
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     tutorials = sorted(p.stem for p in (ROOT / "docs" / "tutorials").glob("[0-9][0-9]_*.py"))
-    assert len(tutorials) == 8
+    assert len(tutorials) == 9
     for stem in tutorials:
         page = (out / "generated" / "tutorials" / f"{stem}.html").read_text()
         assert "What you should see" in page, stem

@@ -17,6 +17,7 @@ PROMISES = {
     "06_tuning": "a new op with database= compiles the tuned schedule",
     "07_codegen": "BiasGelu: 3 tests passed",
     "08_enable": "with tftvm.enable(), fit and predict match TF",
+    "09_tvm_ffi_ops": "a tvm-ffi C++ kernel runs as a TF op",
 }
 
 

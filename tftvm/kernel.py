@@ -16,6 +16,7 @@ import logging
 import tempfile
 import threading
 import time
+import uuid
 from pathlib import Path
 
 from . import cache_dir
@@ -80,6 +81,31 @@ class Kernel:
             "signature": json.loads(self.signature.to_json()),
             "library_sha256": self.key,
         }, indent=1).encode()  # fmt: skip
+
+
+@dataclasses.dataclass(frozen=True)
+class FunctionKernel:
+    """A bare tvm-ffi function (a C++ function from `tvm_ffi.cpp.load_inline`'s module, a global
+    function) as a kernel. No library stands behind it, so graphs holding it run in this
+    process only: the bridge finds it by a key of its own (`function:<uuid>`)."""
+
+    func_name: str
+    signature: Signature
+    function: object  # tvm_ffi.Function
+    key: str = dataclasses.field(default_factory=lambda: f"function:{uuid.uuid4().hex}")
+    library = b""  # what a graph node embeds: nothing to embed
+
+    def register(self) -> None:
+        import tvm_ffi
+
+        from . import native
+
+        native.load()
+        tvm_ffi.get_global_func("tftvm.register_function")(self.key, self.function)
+
+    def save(self, path: str | Path) -> Path:
+        raise TypeError(f"tftvm op '{self.func_name}' is a bare tvm-ffi function with no library to save; "
+                        "build one with tvm_ffi.cpp.build and load it with tftvm.load_op")  # fmt: skip
 
 
 @functools.lru_cache(maxsize=None)

@@ -142,12 +142,17 @@ def _symbol(name: str) -> str:
 
 def op(inputs_or_func, outputs=None, *, name: str | None = None, func_name: str | None = None,
        num_outputs: int | None = None, target=None, schedule=True,
-       grad=None, database=None) -> TvmOp:  # fmt: skip
+       grad=None, database=None, signature=None) -> TvmOp:  # fmt: skip
     """Turn a TVM function into a TF op.
 
     Accepts TE tensors (`op([A, B], [C, D])`), a TIR PrimFunc (destination-passing
-    style: the trailing `num_outputs` buffers, default 1, are outputs), or an
-    IRModule of PrimFuncs (choose one with `func_name=`). `target` defaults to the
+    style: the trailing `num_outputs` buffers, default 1, are outputs), an
+    IRModule of PrimFuncs (choose one with `func_name=`), or any tvm-ffi function
+    (`tvm_ffi.Function`, or a `tvm_ffi.Module` with `func_name=`: C++ written against
+    tvm-ffi, built with `tvm_ffi.cpp.load_inline`) taking its inputs then its outputs as
+    tensors, with `signature=` (`(inputs, outputs)` lists of `(name, dtype, dims)`, or a
+    `tftvm.Signature`); such an op runs in this process only (for a library that graphs
+    and SavedModels carry, `tvm_ffi.cpp.build` it and use `tftvm.load_op`). `target` defaults to the
     host CPU with its real mcpu. Compiled kernels are cached on disk by content.
 
     `grad` makes the op differentiable: a callable (another tftvm op, or any
@@ -166,6 +171,12 @@ def op(inputs_or_func, outputs=None, *, name: str | None = None, func_name: str 
     import tvm
     from tvm import te, tirx
 
+    import tvm_ffi
+
+    if isinstance(inputs_or_func, (tvm_ffi.Function, tvm_ffi.Module)):
+        return _ffi_op(inputs_or_func, signature, name=name, func_name=func_name, grad=grad)
+    if signature is not None:
+        raise TypeError("signature= is for tvm-ffi functions; TVM IR carries its own")
     te_form = outputs is not None or _is_te_list(inputs_or_func)
     if te_form:
         ins = list(inputs_or_func)
@@ -209,6 +220,24 @@ def op(inputs_or_func, outputs=None, *, name: str | None = None, func_name: str 
                    target=target, schedule=schedule, database=database)  # fmt: skip
     kernel = kernel_lib.compile_prim_func(func, **options)
     return TvmOp(kernel, name, grad=grad, prim_func=func, compile_options=options)
+
+
+def _ffi_op(function, signature, *, name, func_name, grad) -> TvmOp:
+    import tvm_ffi
+
+    if isinstance(function, tvm_ffi.Module):
+        if func_name is None or not function.implements_function(func_name, True):
+            raise ValueError(f"func_name={func_name!r}: name the function of the tvm-ffi module to make an op of")
+        function = function.get_function(func_name)
+    if signature is None:
+        raise TypeError("a tvm-ffi function carries no shapes: give signature=(inputs, outputs), each a list "
+                        "of (name, dtype, dims), or a tftvm.Signature")  # fmt: skip
+    if isinstance(grad, str):
+        raise ValueError("grad='auto' differentiates TE compute; give a tvm-ffi function's gradient as a callable")
+    if not isinstance(signature, Signature):
+        signature = Signature.from_shapes(*signature)
+    name = name or func_name or "tvm_ffi_function"
+    return TvmOp(kernel_lib.FunctionKernel(_symbol(name), signature, function), name, grad=grad)
 
 
 def _auto_grad(ins, outs, name: str, target, database):

@@ -103,6 +103,18 @@ void ModuleRegistry::Register(const std::string& key, tvm::ffi::Module module) {
   modules_.insert_or_assign(key, std::move(module));
 }
 
+void ModuleRegistry::RegisterFunction(const std::string& key, tvm::ffi::Function function) {
+  std::lock_guard<std::mutex> lock(mu_);
+  functions_.insert_or_assign(key, std::move(function));
+}
+
+std::optional<tvm::ffi::Function> ModuleRegistry::GetFunction(const std::string& key) {
+  std::lock_guard<std::mutex> lock(mu_);
+  auto it = functions_.find(key);
+  if (it == functions_.end()) return std::nullopt;
+  return it->second;
+}
+
 void ModuleRegistry::SetModuleDir(const std::string& dir) {
   std::lock_guard<std::mutex> lock(mu_);
   dir_ = dir;

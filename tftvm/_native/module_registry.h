@@ -3,9 +3,11 @@
 #pragma once
 
 #include <tvm/ffi/extra/module.h>
+#include <tvm/ffi/function.h>
 
 #include <atomic>
 #include <mutex>
+#include <optional>
 #include <stdexcept>
 #include <string>
 #include <unordered_map>
@@ -25,6 +27,12 @@ class ModuleRegistry {
 
   // Python registers modules it compiled or loaded, so eager calls need only the key.
   void Register(const std::string& key, tvm::ffi::Module module);
+
+  // A bare tvm-ffi function (no library behind it) made into an op, under a key of its
+  // own (kFunctionKeyPrefix...): it exists in this process only.
+  static constexpr const char* kFunctionKeyPrefix = "function:";
+  void RegisterFunction(const std::string& key, tvm::ffi::Function function);
+  std::optional<tvm::ffi::Function> GetFunction(const std::string& key);
 
   // Directory where embedded library bytes are written before dlopen.
   void SetModuleDir(const std::string& dir);
@@ -49,6 +57,7 @@ class ModuleRegistry {
   std::atomic<bool> allow_embedded_;
   std::mutex mu_;
   std::unordered_map<std::string, tvm::ffi::Module> modules_;
+  std::unordered_map<std::string, tvm::ffi::Function> functions_;
   std::string dir_;
 };
 

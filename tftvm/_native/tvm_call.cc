@@ -239,6 +239,15 @@ class TvmCallOp : public OpKernel {
                                           " which TVM cannot produce"));
       out_dtypes_.push_back(dl);
     }
+    if (key.rfind(ModuleRegistry::kFunctionKeyPrefix, 0) == 0) {
+      func_ = ModuleRegistry::Global().GetFunction(key);
+      OP_REQUIRES(ctx, func_.has_value(),
+                  errors::NotFound("tftvm op '", op_name_, "': its tvm-ffi function is not registered "
+                                   "in this process. An op made from a tvm_ffi.Function lives in the "
+                                   "process that made it; to save or ship it, build a library "
+                                   "(tvm_ffi.cpp.build) and make the op with tftvm.load_op."));
+      return;
+    }
     try {
       module_ = ModuleRegistry::Global().Get(key, module_bytes);
       tvm::ffi::Optional<tvm::ffi::Function> f = module_.value()->GetFunction(func_name_, true);
@@ -452,6 +461,10 @@ TVM_FFI_STATIC_INIT_BLOCK() {
       .def("tftvm.register_module",
            [](tvm::ffi::String key, tvm::ffi::Module module) {
              ModuleRegistry::Global().Register(std::string(key), module);
+           })
+      .def("tftvm.register_function",
+           [](tvm::ffi::String key, tvm::ffi::Function function) {
+             ModuleRegistry::Global().RegisterFunction(std::string(key), function);
            })
       .def("tftvm.set_module_dir",
            [](tvm::ffi::String dir) { ModuleRegistry::Global().SetModuleDir(std::string(dir)); })
