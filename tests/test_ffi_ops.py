@@ -124,3 +124,17 @@ def test_a_bare_function_op_in_a_saved_model_fails_elsewhere_with_a_clear_error(
     bare = tftvm.op(tvm_ffi.load_module(library).get_function("axpy"), signature=SIGNATURE)
     out = _saved(bare, tmp_path / "bare")
     assert "not found:" in out and "not registered in this process" in out and "tftvm.load_op" in out, out
+
+
+def test_tvm_ffi_ops_compile_under_jit_compile(library, rng):
+    """Library and bare-function ops alike become XLA custom calls."""
+    x, y = inputs(rng)
+    for axpy in (tftvm.load_op(library, "axpy", signature=SIGNATURE),
+                 tftvm.op(tvm_ffi.load_module(library).get_function("axpy"), signature=SIGNATURE)):  # fmt: skip
+        jitted = tf.function(lambda a, b: axpy(a, b) - 1.0, jit_compile=True)
+        np.testing.assert_allclose(jitted(x, y), 2 * x + y - 1.0, rtol=1e-6)
+        assert 'custom_call_target="tftvm_call"' in jitted.experimental_get_compiler_ir(x, y)(stage="hlo")
+    bad = x.copy()
+    bad[0, 1] = np.nan
+    with pytest.raises(tf.errors.InvalidArgumentError, match="x has a NaN at element 1"):
+        jitted(bad, y)

@@ -65,11 +65,15 @@ def compile_command(output: Path) -> list[str]:
         os.environ.get("CXX", "g++"), "-shared", "-fPIC", "-O2", "-w",
         *tf.sysconfig.get_compile_flags(),
         "-I" + os.path.join(tf.sysconfig.get_include(), "external", "boringssl", "src", "include"),
+        # XLA's headers (the XLA kernel of TvmCall, xla_call.cc) include these.
+        "-I" + os.path.join(tf.sysconfig.get_include(), "external", "highwayhash"),
+        "-I" + os.path.join(tf.sysconfig.get_include(), "external", "farmhash_archive", "src"),
         "-I" + tvm_ffi.libinfo.find_include_path(),
         "-I" + tvm_ffi.libinfo.find_dlpack_include_path(),
         *[str(p) for p in sources() if p.suffix == ".cc"],
         "-o", str(output),
         *tf.sysconfig.get_link_flags(),
+        "-l:libtensorflow_cc.so.2",  # XLA's builder, its op registry and FFI API (xla_call.cc)
         "-L" + ffi_lib_dir, "-ltvm_ffi",
         # TVM's runtime registers the loader for compiled modules: linking it makes
         # the library enough on its own for a C++ server (no Python, no `import tvm`).

@@ -24,29 +24,15 @@
 
 #include "module_registry.h"
 #include "shape_spec.h"
+#include "tvm_call.h"
 #include "tensorflow/core/framework/op.h"
 #include "tensorflow/core/framework/op_kernel.h"
 #include "tensorflow/core/framework/shape_inference.h"
 #include "tsl/platform/mutex.h"
 
 namespace tftvm {
-namespace {
 
-using tensorflow::DataType;
-using tensorflow::OpKernel;
-using tensorflow::OpKernelConstruction;
-using tensorflow::OpKernelContext;
-using tensorflow::Tensor;
-using tensorflow::TensorShape;
-using tensorflow::shape_inference::DimensionHandle;
-using tensorflow::shape_inference::InferenceContext;
-using tensorflow::shape_inference::ShapeHandle;
-namespace errors = tensorflow::errors;
-
-constexpr uintptr_t kAlignment = 64;  // what TVM's generated code assumes
-using Shape = absl::InlinedVector<int64_t, 6>;
-
-bool ToDLDataType(DataType dt, DLDataType* out) {
+bool ToDLDataType(tensorflow::DataType dt, DLDataType* out) {
   switch (dt) {
     case tensorflow::DT_HALF: *out = {kDLFloat, 16, 1}; return true;
     case tensorflow::DT_BFLOAT16: *out = {kDLBfloat, 16, 1}; return true;
@@ -65,21 +51,27 @@ bool ToDLDataType(DataType dt, DLDataType* out) {
   }
 }
 
-struct Specs {
-  std::vector<TensorSpec> inputs, outputs;
-  std::vector<std::string> var_names;
-};
-
 absl::Status ParseSpecs(const std::string& op_name, const std::string& in_spec,
                         const std::string& out_spec, Specs* specs) {
   std::string error;
   std::vector<std::string> out_vars;
   if (!ParseSpec(in_spec, &specs->inputs, &specs->var_names, &error) ||
       !ParseSpec(out_spec, &specs->outputs, &out_vars, &error)) {
-    return errors::InvalidArgument("tftvm op '", op_name, "': malformed shape spec: ", error);
+    return tensorflow::errors::InvalidArgument("tftvm op '", op_name, "': malformed shape spec: ", error);
   }
   if (out_vars.size() > specs->var_names.size()) specs->var_names = out_vars;
   return absl::OkStatus();
+}
+
+absl::Status ReadCallAttrs(tensorflow::OpKernelConstruction* ctx, CallAttrs* attrs) {
+  std::string in_spec, out_spec;
+  TF_RETURN_IF_ERROR(ctx->GetAttr("op_name", &attrs->op_name));
+  TF_RETURN_IF_ERROR(ctx->GetAttr("func_name", &attrs->func_name));
+  TF_RETURN_IF_ERROR(ctx->GetAttr("key", &attrs->key));
+  TF_RETURN_IF_ERROR(ctx->GetAttr("module", &attrs->module));
+  TF_RETURN_IF_ERROR(ctx->GetAttr("in_spec", &in_spec));
+  TF_RETURN_IF_ERROR(ctx->GetAttr("out_spec", &out_spec));
+  return ParseSpecs(attrs->op_name, in_spec, out_spec, &attrs->specs);
 }
 
 std::string BindingsToString(const Bindings& vars, const std::vector<std::string>& names) {
@@ -90,6 +82,22 @@ std::string BindingsToString(const Bindings& vars, const std::vector<std::string
   }
   return s.empty() ? s : s + ")";
 }
+
+namespace {
+
+using tensorflow::DataType;
+using tensorflow::OpKernel;
+using tensorflow::OpKernelConstruction;
+using tensorflow::OpKernelContext;
+using tensorflow::Tensor;
+using tensorflow::TensorShape;
+using tensorflow::shape_inference::DimensionHandle;
+using tensorflow::shape_inference::InferenceContext;
+using tensorflow::shape_inference::ShapeHandle;
+namespace errors = tensorflow::errors;
+
+constexpr uintptr_t kAlignment = 64;  // what TVM's generated code assumes
+using Shape = absl::InlinedVector<int64_t, 6>;
 
 // The value of a rank-0 integer tensor; nullopt for other tensors.
 std::optional<int64_t> ScalarAsInt(const Tensor& t) {
@@ -210,15 +218,13 @@ void ConfigureTvmThreads(int tf_threads) {
 class TvmCallOp : public OpKernel {
  public:
   explicit TvmCallOp(OpKernelConstruction* ctx) : OpKernel(ctx) {
-    std::string key, module_bytes, in_spec, out_spec;
-    OP_REQUIRES_OK(ctx, ctx->GetAttr("op_name", &op_name_));
-    OP_REQUIRES_OK(ctx, ctx->GetAttr("func_name", &func_name_));
-    OP_REQUIRES_OK(ctx, ctx->GetAttr("key", &key));
-    OP_REQUIRES_OK(ctx, ctx->GetAttr("module", &module_bytes));
-    OP_REQUIRES_OK(ctx, ctx->GetAttr("in_spec", &in_spec));
-    OP_REQUIRES_OK(ctx, ctx->GetAttr("out_spec", &out_spec));
+    CallAttrs attrs;
+    OP_REQUIRES_OK(ctx, ReadCallAttrs(ctx, &attrs));
     OP_REQUIRES_OK(ctx, ctx->GetAttr("memoize", &memoize_));
-    OP_REQUIRES_OK(ctx, ParseSpecs(op_name_, in_spec, out_spec, &specs_));
+    op_name_ = attrs.op_name;
+    func_name_ = attrs.func_name;
+    specs_ = std::move(attrs.specs);
+    const std::string &key = attrs.key, &module_bytes = attrs.module;
     OP_REQUIRES(ctx,
                 specs_.inputs.size() == static_cast<size_t>(ctx->num_inputs()) &&
                     specs_.outputs.size() == static_cast<size_t>(ctx->num_outputs()),
