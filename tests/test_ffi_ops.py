@@ -138,3 +138,11 @@ def test_tvm_ffi_ops_compile_under_jit_compile(library, rng):
     bad[0, 1] = np.nan
     with pytest.raises(tf.errors.InvalidArgumentError, match="x has a NaN at element 1"):
         jitted(bad, y)
+
+
+def test_tftvm_check_passes_for_library_and_bare_function_ops(library, rng):
+    x, y = inputs(rng, (2, 3))
+    for op in (tftvm.load_op(library, "axpy", signature=SIGNATURE, grad=lambda x, y, out, d: (2 * d, d)),
+               tftvm.op(tvm_ffi.load_module(library).get_function("axpy"), signature=SIGNATURE)):  # fmt: skip
+        report = tftvm.check(op, x, y)
+        assert report.passed, report

@@ -152,3 +152,19 @@ def test_jit_compile_works_when_tf_started_before_the_bridge_loaded():
     proc = run_python(LATE)
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert "ok True True" in proc.stdout, proc.stdout + proc.stderr[-2000:]
+
+
+def test_an_op_loaded_from_a_saved_model_runs_inside_jit_compile(silu, rng, tmp_path):
+    module = tf.Module()
+    module.f = tf.function(lambda x: silu(x) + 1.0, input_signature=[tf.TensorSpec([None, 8], tf.float32)])
+    tf.saved_model.save(module, str(tmp_path))
+    loaded = tf.saved_model.load(str(tmp_path))
+    a = tf.constant(rng.standard_normal((3, 8)).astype(np.float32))
+    jitted = tf.function(lambda x: loaded.f(x) * 2.0, jit_compile=True)
+    np.testing.assert_allclose(jitted(a), (tf.nn.silu(a) + 1.0) * 2.0, rtol=1e-5, atol=1e-6)
+    assert 'custom_call_target="tftvm_call"' in hlo(jitted, a)
+
+
+def test_tftvm_check_of_the_op_covers_jit_compile(silu, rng):
+    report = tftvm.check(silu, rng.standard_normal((3, 8)).astype(np.float32))
+    assert report.passed and any(r.check == "jit_compile" and r.passed for r in report.results), report

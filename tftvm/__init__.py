@@ -11,6 +11,7 @@ _os.environ.setdefault("TVM_NUM_THREADS", str(_os.cpu_count() or 1))
 # at TVM's default, 6.4-7.6 at 1000; the Keras model beside it 17.8-23.3 and 15.7-16.4 ms).
 _os.environ.setdefault("TVM_THREAD_POOL_SPIN_COUNT", "1000")
 
+from .check import CheckReport, check  # noqa: E402
 from .codegen import codegen  # noqa: E402
 from .compiled_model import CompiledModel, compile_model, load_model  # noqa: E402
 from .enable_pass import disable, enable, enabled, enabled_report, is_enabled  # noqa: E402
@@ -37,4 +38,4 @@ except Exception as _err:  # noqa: BLE001  import must not fail: `tftvm doctor` 
     import logging as _logging
 
     _logging.getLogger(__name__).warning("tftvm bridge library unavailable: %s", _err)
-__all__ = ["CompiledModel", "Kernel", "allow_embedded_modules", "codegen", "compile_model", "disable", "enable", "enabled", "enabled_report", "is_enabled", "load_model", "embedded_modules_allowed", "Signature", "TensorSig", "TvmOp", "load_op", "load_saved_model", "op", "optimize", "tune"]
+__all__ = ["CheckReport", "CompiledModel", "Kernel", "check", "allow_embedded_modules", "codegen", "compile_model", "disable", "enable", "enabled", "enabled_report", "is_enabled", "load_model", "embedded_modules_allowed", "Signature", "TensorSig", "TvmOp", "load_op", "load_saved_model", "op", "optimize", "tune"]

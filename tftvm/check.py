@@ -1,0 +1,140 @@
+"""`tftvm.check(op, *inputs)`: one call of a tftvm op, checked every way TF can run it.
+
+In the spirit of `torch.library.opcheck`: the eager result is the reference; TF's shape
+function must predict the shapes eager produces (for the inputs' exact shapes, and with
+every dim unknown); `tf.function`, `jit_compile` (XLA, as a custom call) and a SavedModel
+reloaded in this process must give the eager numbers; where the op has a gradient, the
+declared one must match a numeric (finite difference) gradient.
+"""
+from __future__ import annotations
+
+import dataclasses
+import tempfile
+
+import numpy as np
+
+
+@dataclasses.dataclass
+class Result:
+    check: str
+    passed: bool
+    detail: str
+
+
+@dataclasses.dataclass
+class CheckReport:
+    op: str
+    results: list
+
+    @property
+    def passed(self) -> bool:
+        return all(r.passed for r in self.results)
+
+    def __str__(self) -> str:
+        width = max(len(r.check) for r in self.results)
+        lines = [f"tftvm.check of '{self.op}': {'passed' if self.passed else 'FAILED'}"]
+        lines += [f"  {'ok  ' if r.passed else 'FAIL'} {r.check:<{width}}  {r.detail}" for r in self.results]
+        return "\n".join(lines)
+
+
+def check(op, *inputs, rtol: float = 1e-5, atol: float = 1e-6, grad_tolerance: float = 2e-2,
+          raise_on_failure: bool = True) -> CheckReport:  # fmt: skip
+    """Run `op(*inputs)` eagerly, in a tf.function, under jit_compile and from a SavedModel,
+    compare shapes and numbers, and the declared gradient with a numeric one. Returns the
+    report; raises AssertionError with it where a check fails (unless raise_on_failure=False)."""
+    import tensorflow as tf
+
+    tensors = [tf.convert_to_tensor(x, dtype=t.tf_dtype) for x, t in zip(inputs, op.signature.inputs)]
+    if len(tensors) != len(op.signature.inputs):
+        raise TypeError(f"tftvm.check: '{op.name}' takes {len(op.signature.inputs)} inputs, got {len(inputs)}")
+    want = _flat(op(*tensors))
+    results = [_shape_function(op, tensors, want)]
+    results.append(_same("tf.function", want, lambda: _flat(tf.function(op)(*tensors)), 0.0, 0.0))
+    jitted = tf.function(lambda *a: op(*a), jit_compile=True)
+    results.append(_same("jit_compile", want, lambda: _flat(jitted(*tensors)), rtol, atol,
+                         lambda: "tftvm_call" in jitted.experimental_get_compiler_ir(*tensors)(stage="hlo")))  # fmt: skip
+    results.append(_same("SavedModel", want, lambda: _flat(_reloaded(op, tensors)(*tensors)), 0.0, 0.0))
+    results.append(_gradient(op, tensors, grad_tolerance))
+    report = CheckReport(op.name, results)
+    if raise_on_failure and not report.passed:
+        raise AssertionError(str(report))
+    return report
+
+
+def _flat(out) -> list:
+    return list(out) if isinstance(out, (tuple, list)) else [out]
+
+
+def _shape_function(op, tensors, want) -> Result:
+    import tensorflow as tf
+
+    exact = tf.function(op).get_concrete_function(*[tf.TensorSpec(t.shape, t.dtype) for t in tensors])
+    unknown = tf.function(op).get_concrete_function(*[tf.TensorSpec([None] * t.shape.rank, t.dtype) for t in tensors])
+    problems = []
+    for i, (w, e, u) in enumerate(zip(want, _flat(exact.structured_outputs), _flat(unknown.structured_outputs))):
+        if e.shape.as_list() != w.shape.as_list():
+            problems.append(f"output {i}: shape function {e.shape}, eager {w.shape}")
+        if not u.shape.is_compatible_with(w.shape):
+            problems.append(f"output {i}: with unknown dims the shape function says {u.shape}, eager {w.shape}")
+    shapes = ", ".join(str(w.shape) for w in want)
+    return Result("shape function", not problems, "; ".join(problems) or f"predicts {shapes}")
+
+
+def _same(name, want, run, rtol, atol, also=None) -> Result:
+    try:
+        got = run()
+        extra = also() if also is not None else True
+    except Exception as err:  # noqa: BLE001  a check that cannot run fails with the reason
+        return Result(name, False, f"{type(err).__name__}: {str(err).splitlines()[0][:300]}")
+    if not extra:
+        return Result(name, False, "no tftvm_call custom call in XLA's program (the op fell back)")
+    worst = 0.0
+    for w, g in zip(want, got):
+        w, g = np.asarray(w, np.float64), np.asarray(g, np.float64)
+        if w.shape != g.shape:
+            return Result(name, False, f"shape {g.shape}, eager {w.shape}")
+        if w.size:
+            excess = np.abs(g - w) - (atol + rtol * np.abs(w))
+            if np.any(excess > 0) or np.isnan(g).sum() != np.isnan(w).sum():
+                return Result(name, False, f"max abs difference {np.nanmax(np.abs(g - w)):.3g} from eager")
+            worst = max(worst, float(np.nanmax(np.abs(g - w))) if np.isfinite(g).any() else 0.0)
+    return Result(name, True, "matches eager" + (f" (max abs difference {worst:.2g})" if worst else ""))
+
+
+def _reloaded(op, tensors):
+    import tensorflow as tf
+
+    module = tf.Module()
+    module.f = tf.function(lambda *a: op(*a), input_signature=[tf.TensorSpec([None] * t.shape.rank, t.dtype)
+                                                                for t in tensors])  # fmt: skip
+    path = tempfile.mkdtemp(prefix="tftvm_check_")
+    tf.saved_model.save(module, path)
+    return tf.saved_model.load(path).f
+
+
+def _gradient(op, tensors, tolerance) -> Result:
+    import tensorflow as tf
+
+    floats = [i for i, t in enumerate(tensors) if t.dtype.is_floating]
+    if op._tftvm_grad is None or not floats:
+        return Result("gradient", True, "no gradient declared" if op._tftvm_grad is None else "no float input")
+
+    def loss(*xs):  # a fixed random projection of every output: one scalar to differentiate
+        args = list(tensors)
+        for i, x in zip(floats, xs):
+            args[i] = x
+        outs = [o for o in _flat(op(*args)) if o.dtype.is_floating]
+        return tf.add_n([tf.reduce_sum(o * w) for o, w in zip(outs, weights)])
+
+    rng = np.random.default_rng(0)
+    weights = [tf.constant(rng.standard_normal(o.shape), o.dtype) for o in _flat(op(*tensors)) if o.dtype.is_floating]
+    try:
+        theoretical, numerical = tf.test.compute_gradient(loss, [tensors[i] for i in floats], delta=1e-3)
+    except Exception as err:  # noqa: BLE001
+        return Result("gradient", False, f"{type(err).__name__}: {str(err).splitlines()[0][:300]}")
+    worst = 0.0
+    for t, n in zip(theoretical, numerical):
+        scale = max(1.0, float(np.max(np.abs(n))) if n.size else 1.0)
+        worst = max(worst, float(np.max(np.abs(t - n))) / scale if t.size else 0.0)
+    ok = worst <= tolerance
+    return Result("gradient", ok, f"declared vs numeric: max difference {worst:.2g} (relative to the largest entry)")
