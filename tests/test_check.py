@@ -50,3 +50,17 @@ def test_the_suites_shared_ops_pass_check_with_auto_gradients(rng):
     matmul = make_matmul(name="matmul_checked", grad="auto")
     report = tftvm.check(matmul, rng.standard_normal((3, 5)).astype(np.float32), rng.standard_normal((5, 2)).astype(np.float32))
     assert report.passed, report
+
+
+def test_without_inputs_check_makes_them_from_the_signature():
+    """Symbolic dims get distinct sizes (3, 4, ...), and a scalar that sets a dim its value."""
+    from conftest import make_matmul
+    from tvm import tirx
+
+    report = tftvm.check(make_matmul(name="matmul_sampled", grad="auto"))
+    assert report.passed and "predicts (3, 5)" in str(report), report  # n=3, k=4, m=5
+    n = tirx.Var("n", "int64")
+    x = te.placeholder((n * 4,), "float32", name="x")
+    rows = te.compute((n, 4), lambda i, j: x[i * 4 + j] * 2.0, name="rows")
+    report = tftvm.check(tftvm.op(te.create_prim_func([n, x, rows]), name="rows_sampled"))
+    assert report.passed and "predicts (3, 4)" in str(report), report

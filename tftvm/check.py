@@ -40,17 +40,28 @@ class CheckReport:
 def check(op, *inputs, rtol: float = 1e-5, atol: float = 1e-6, grad_tolerance: float = 2e-2,
           raise_on_failure: bool = True) -> CheckReport:  # fmt: skip
     """Run `op(*inputs)` eagerly, in a tf.function, under jit_compile and from a SavedModel,
-    compare shapes and numbers, and the declared gradient with a numeric one. Returns the
-    report; raises AssertionError with it where a check fails (unless raise_on_failure=False)."""
+    compare shapes and numbers, and the declared gradient with a numeric one. Without
+    `inputs`, random ones that fit the op's signature (`sample_inputs`). Returns the report;
+    raises AssertionError with it where a check fails (unless raise_on_failure=False)."""
     import tensorflow as tf
 
-    tensors = [tf.convert_to_tensor(x, dtype=t.tf_dtype) for x, t in zip(inputs, op.signature.inputs)]
-    if len(tensors) != len(op.signature.inputs):
+    if not inputs and op.signature.inputs:
+        inputs = sample_inputs(op.signature)
+
+    if len(inputs) != len(op.signature.inputs):
         raise TypeError(f"tftvm.check: '{op.name}' takes {len(op.signature.inputs)} inputs, got {len(inputs)}")
+    tensors = [tf.convert_to_tensor(x, dtype=t.tf_dtype) for x, t in zip(inputs, op.signature.inputs)]
     want = _flat(op(*tensors))
-    results = [_shape_function(op, tensors, want)]
+    # A scalar that sets a dim goes in as a constant where shapes must be known (the exact
+    # shape check; XLA, whose shapes are static).
+    sizes = {i: t.numpy() for i, (t, sig) in enumerate(zip(tensors, op.signature.inputs)) if sig.scalar and sig.binds >= 0}
+
+    def with_sizes(*args):
+        return op(*[tf.constant(sizes[i]) if i in sizes else a for i, a in enumerate(args)])
+
+    results = [_shape_function(op, with_sizes, tensors, want)]
     results.append(_same("tf.function", want, lambda: _flat(tf.function(op)(*tensors)), 0.0, 0.0))
-    jitted = tf.function(lambda *a: op(*a), jit_compile=True)
+    jitted = tf.function(with_sizes, jit_compile=True)
     results.append(_same("jit_compile", want, lambda: _flat(jitted(*tensors)), rtol, atol,
                          lambda: "tftvm_call" in jitted.experimental_get_compiler_ir(*tensors)(stage="hlo")))  # fmt: skip
     results.append(_same("SavedModel", want, lambda: _flat(_reloaded(op, tensors)(*tensors)), 0.0, 0.0))
@@ -61,14 +72,38 @@ def check(op, *inputs, rtol: float = 1e-5, atol: float = 1e-6, grad_tolerance: f
     return report
 
 
+def sample_inputs(signature, seed: int = 0) -> list:
+    """Random NumPy inputs that fit `signature`: shape variable i is 3 + i (distinct sizes catch
+    swapped dims), a scalar that sets a variable carries its value, other scalars are 1."""
+    from .signature import evaluate_dim
+
+    rng = np.random.default_rng(seed)
+    values = [3 + i for i in range(len(signature.var_names))]
+    out = []
+    for t in signature.inputs:
+        dtype = np.dtype(t.dtype) if t.dtype != "bfloat16" else np.float32
+        if t.scalar:
+            out.append(np.array(values[t.binds] if t.binds >= 0 else 1, dtype))
+            continue
+        shape = [evaluate_dim(d, values) for d in t.dims]
+        if dtype.kind == "f":
+            data = rng.standard_normal(shape)
+        elif dtype.kind == "b":
+            data = rng.integers(0, 2, shape)
+        else:
+            data = rng.integers(0 if dtype.kind == "u" else -5, 6, shape)
+        out.append(data.astype(dtype))
+    return out
+
+
 def _flat(out) -> list:
     return list(out) if isinstance(out, (tuple, list)) else [out]
 
 
-def _shape_function(op, tensors, want) -> Result:
+def _shape_function(op, with_sizes, tensors, want) -> Result:
     import tensorflow as tf
 
-    exact = tf.function(op).get_concrete_function(*[tf.TensorSpec(t.shape, t.dtype) for t in tensors])
+    exact = tf.function(with_sizes).get_concrete_function(*[tf.TensorSpec(t.shape, t.dtype) for t in tensors])
     unknown = tf.function(op).get_concrete_function(*[tf.TensorSpec([None] * t.shape.rank, t.dtype) for t in tensors])
     problems = []
     for i, (w, e, u) in enumerate(zip(want, _flat(exact.structured_outputs), _flat(unknown.structured_outputs))):
