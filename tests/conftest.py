@@ -100,3 +100,43 @@ def check_converter(fn, specs, feeds, op_type: str, rtol=2e-5, atol=2e-5):
             assert g.dtype == w.dtype and g.shape == w.shape, (g.dtype, g.shape, w.dtype, w.shape)
             np.testing.assert_allclose(g.numpy(), w.numpy(), rtol=rtol, atol=atol)
     return program
+
+
+# Every op a test calls eagerly is also put through tftvm.check (tf.function, the shape
+# function, jit_compile, a SavedModel reload, its gradient) with the inputs of its first
+# call, once per kernel, after the test. `@pytest.mark.no_op_check` opts a test out, for ops
+# that are wrong on purpose or whose module the test takes away.
+_checked_kernels: set = set()
+
+
+@pytest.fixture(autouse=True)
+def _check_every_called_op(request):
+    import tensorflow as tf
+
+    import tftvm
+    from tftvm.op import TvmOp
+
+    if request.node.get_closest_marker("no_op_check"):
+        yield
+        return
+    called, original = {}, TvmOp.__call__
+
+    def recording(self, *args):
+        outputs = original(self, *args)
+        if tf.executing_eagerly() and (self.kernel.key, self.name) not in _checked_kernels:
+            called.setdefault((self.kernel.key, self.name), (self, [np.asarray(a) for a in args]))
+        return outputs
+
+    TvmOp.__call__ = recording
+    try:
+        yield
+    finally:
+        TvmOp.__call__ = original
+    for key, (op, inputs) in called.items():
+        _checked_kernels.add(key)
+        tftvm.check(op, *inputs)
+
+
+def pytest_terminal_summary(terminalreporter):
+    if _checked_kernels:
+        terminalreporter.write_line(f"tftvm.check ran on {len(_checked_kernels)} ops the tests called")

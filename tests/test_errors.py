@@ -124,3 +124,12 @@ def test_no_gradient_is_a_lookup_error(add_bias):
         _, s = add_bias(x, tf.zeros(64))
     with pytest.raises(LookupError, match="tftvm op .add_bias. has no gradient"):
         tape.gradient(s, x)
+
+
+def test_a_failing_compiler_is_a_build_error_naming_the_command(tmp_path, monkeypatch):
+    monkeypatch.setenv("TFTVM_CACHE_DIR", str(tmp_path))
+    monkeypatch.setenv("CXX", "false")
+    with pytest.raises(native.NativeBuildError, match="g\\+\\+ failed to build the tftvm bridge library:\nfalse "):
+        native.build(force=True)
+    # Nothing half-built is left where the next build or load would find it.
+    assert [p.name for p in native.build_dir().iterdir()] == [".lock"]

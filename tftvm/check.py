@@ -64,7 +64,7 @@ def check(op, *inputs, rtol: float = 1e-5, atol: float = 1e-6, grad_tolerance: f
     jitted = tf.function(with_sizes, jit_compile=True)
     results.append(_same("jit_compile", want, lambda: _flat(jitted(*tensors)), rtol, atol,
                          lambda: "tftvm_call" in jitted.experimental_get_compiler_ir(*tensors)(stage="hlo")))  # fmt: skip
-    results.append(_same("SavedModel", want, lambda: _flat(_reloaded(op, tensors)(*tensors)), 0.0, 0.0))
+    results.append(_same("SavedModel", want, lambda: _flat(_reloaded_call(op, tensors)), 0.0, 0.0))
     results.append(_gradient(op, tensors, grad_tolerance))
     report = CheckReport(op.name, results)
     if raise_on_failure and not report.passed:
@@ -136,15 +136,16 @@ def _same(name, want, run, rtol, atol, also=None) -> Result:
     return Result(name, True, "matches eager" + (f" (max abs difference {worst:.2g})" if worst else ""))
 
 
-def _reloaded(op, tensors):
+def _reloaded_call(op, tensors):
+    """`op(*tensors)` run by a SavedModel that calls it, saved and loaded again."""
     import tensorflow as tf
 
     module = tf.Module()
     module.f = tf.function(lambda *a: op(*a), input_signature=[tf.TensorSpec([None] * t.shape.rank, t.dtype)
                                                                 for t in tensors])  # fmt: skip
-    path = tempfile.mkdtemp(prefix="tftvm_check_")
-    tf.saved_model.save(module, path)
-    return tf.saved_model.load(path).f
+    with tempfile.TemporaryDirectory(prefix="tftvm_check_") as path:
+        tf.saved_model.save(module, path)
+        return tf.saved_model.load(path).f(*tensors)
 
 
 def _gradient(op, tensors, tolerance) -> Result:

@@ -7,12 +7,15 @@ SHA-256 detects a truncated or corrupt library, which is rebuilt, not loaded.
 """
 from __future__ import annotations
 
+import concurrent.futures
 import functools
 import hashlib
 import logging
 import os
 import shlex
+import shutil
 import subprocess
+import tempfile
 import time
 from pathlib import Path
 
@@ -53,7 +56,9 @@ def library_path() -> Path:
     return build_dir() / LIBRARY_NAME
 
 
-def compile_command(output: Path) -> list[str]:
+def compile_commands(output: Path, objects: Path) -> tuple[list[list[str]], list[str]]:
+    """One g++ command per source file (they run in parallel) and the command that links
+    their objects in `objects` into `output`."""
     import tensorflow as tf
     import tvm.libinfo
     import tvm_ffi.libinfo
@@ -61,8 +66,9 @@ def compile_command(output: Path) -> list[str]:
     ffi_lib_dir = str(Path(tvm_ffi.libinfo.find_libtvm_ffi()).parent)
     tvm_lib_dir = str(Path(tvm.libinfo.find_libtvm_runtime()).parent)
     tf_lib_dir = tf.sysconfig.get_lib()
-    return [
-        os.environ.get("CXX", "g++"), "-shared", "-fPIC", "-O2", "-w",
+    cxx = os.environ.get("CXX", "g++")
+    flags = [
+        "-fPIC", "-O2", "-w",
         *tf.sysconfig.get_compile_flags(),
         "-I" + os.path.join(tf.sysconfig.get_include(), "external", "boringssl", "src", "include"),
         # XLA's headers (the XLA kernel of TvmCall, xla_call.cc) include these.
@@ -70,8 +76,11 @@ def compile_command(output: Path) -> list[str]:
         "-I" + os.path.join(tf.sysconfig.get_include(), "external", "farmhash_archive", "src"),
         "-I" + tvm_ffi.libinfo.find_include_path(),
         "-I" + tvm_ffi.libinfo.find_dlpack_include_path(),
-        *[str(p) for p in sources() if p.suffix == ".cc"],
-        "-o", str(output),
+    ]  # fmt: skip
+    files = [p for p in sources() if p.suffix == ".cc"]
+    compiles = [[cxx, *flags, "-c", str(p), "-o", str(objects / (p.stem + ".o"))] for p in files]
+    link = [
+        cxx, "-shared", *[str(objects / (p.stem + ".o")) for p in files], "-o", str(output),
         *tf.sysconfig.get_link_flags(),
         "-l:libtensorflow_cc.so.2",  # XLA's builder, its op registry and FFI API (xla_call.cc)
         "-L" + ffi_lib_dir, "-ltvm_ffi",
@@ -80,6 +89,13 @@ def compile_command(output: Path) -> list[str]:
         "-Wl,--no-as-needed", "-L" + tvm_lib_dir, "-ltvm_runtime",
         f"-Wl,-rpath,{ffi_lib_dir}", f"-Wl,-rpath,{tvm_lib_dir}", f"-Wl,-rpath,{tf_lib_dir}",
     ]  # fmt: skip
+    return compiles, link
+
+
+def _run(cmd: list[str]) -> None:
+    result = subprocess.run(cmd, capture_output=True, text=True)
+    if result.returncode != 0:
+        raise NativeBuildError(f"g++ failed to build the tftvm bridge library:\n{shlex.join(cmd)}\n{result.stderr[-4000:]}")
 
 
 def _sha256(path: Path) -> str:
@@ -105,17 +121,20 @@ def build(force: bool = False) -> Path:
         if not force and _is_valid(lib):  # another process built it while we waited
             return lib
         tmp = lib.parent / f".{LIBRARY_NAME}.{os.getpid()}.tmp"
-        cmd = compile_command(tmp)
-        log.info("building the tftvm bridge library (about 15 s): %s", lib)
-        log.debug("%s", shlex.join(cmd))
+        objects = Path(tempfile.mkdtemp(prefix="objects-", dir=lib.parent))
+        compiles, link = compile_commands(tmp, objects)
+        log.info("building the tftvm bridge library (%d files in parallel, about 30-60 s): %s", len(compiles), lib)
         start = time.perf_counter()
-        result = subprocess.run(cmd, capture_output=True, text=True)
-        if result.returncode != 0:
+        try:
+            # TF's and XLA's headers make each file slow to compile: one g++ per file and core.
+            with concurrent.futures.ThreadPoolExecutor(os.cpu_count() or 1) as pool:
+                list(pool.map(_run, compiles))
+            _run(link)
+        except NativeBuildError:
             tmp.unlink(missing_ok=True)
-            raise NativeBuildError(
-                f"g++ failed to build the tftvm bridge library:\n{shlex.join(cmd)}\n"
-                f"{result.stderr[-4000:]}"
-            )
+            raise
+        finally:
+            shutil.rmtree(objects, ignore_errors=True)
         cache_dir.atomic_write(lib.with_suffix(".sha256"), _sha256(tmp).encode())
         os.replace(tmp, lib)
         log.info("built %s in %.1f s", lib, time.perf_counter() - start)

@@ -51,6 +51,32 @@ bool ToDLDataType(tensorflow::DataType dt, DLDataType* out) {
   }
 }
 
+tvm::ffi::AnyView ScalarArg(DLDataType dtype, const void* data) {
+  auto as = [data](auto zero) { return *static_cast<const decltype(zero)*>(data); };
+  switch (dtype.code) {
+    case kDLFloat:
+      if (dtype.bits == 16) return static_cast<double>(static_cast<float>(as(Eigen::half())));
+      if (dtype.bits == 32) return static_cast<double>(as(0.0f));
+      if (dtype.bits == 64) return as(0.0);
+      break;
+    case kDLBfloat: return static_cast<double>(static_cast<float>(as(Eigen::bfloat16())));
+    case kDLBool: return as(false);
+    case kDLInt:
+      if (dtype.bits == 8) return static_cast<int64_t>(as(int8_t()));
+      if (dtype.bits == 16) return static_cast<int64_t>(as(int16_t()));
+      if (dtype.bits == 32) return static_cast<int64_t>(as(int32_t()));
+      if (dtype.bits == 64) return as(int64_t());
+      break;
+    case kDLUInt:
+      if (dtype.bits == 8) return static_cast<int64_t>(as(uint8_t()));
+      if (dtype.bits == 16) return static_cast<int64_t>(as(uint16_t()));
+      if (dtype.bits == 32) return static_cast<int64_t>(as(uint32_t()));
+      if (dtype.bits == 64) return static_cast<int64_t>(as(uint64_t()));
+      break;
+  }
+  return tvm::ffi::AnyView();
+}
+
 absl::Status ParseSpecs(const std::string& op_name, const std::string& in_spec,
                         const std::string& out_spec, Specs* specs) {
   std::string error;
@@ -112,19 +138,6 @@ std::optional<int64_t> ScalarAsInt(const Tensor& t) {
     case tensorflow::DT_UINT32: return t.scalar<uint32_t>()();
     case tensorflow::DT_UINT64: return static_cast<int64_t>(t.scalar<uint64_t>()());
     default: return std::nullopt;
-  }
-}
-
-// A scalar input as TVM takes it: integers as int64, floats as double, bool as bool.
-tvm::ffi::AnyView ScalarArg(const Tensor& t) {
-  switch (t.dtype()) {
-    case tensorflow::DT_HALF: return static_cast<double>(static_cast<float>(t.scalar<Eigen::half>()()));
-    case tensorflow::DT_BFLOAT16:
-      return static_cast<double>(static_cast<float>(t.scalar<Eigen::bfloat16>()()));
-    case tensorflow::DT_FLOAT: return static_cast<double>(t.scalar<float>()());
-    case tensorflow::DT_DOUBLE: return t.scalar<double>()();
-    case tensorflow::DT_BOOL: return t.scalar<bool>()();
-    default: return *ScalarAsInt(t);
   }
 }
 
@@ -357,7 +370,7 @@ class TvmCallOp : public OpKernel {
     absl::InlinedVector<tvm::ffi::AnyView, 8> args;
     for (int i = 0; i < n_in + n_out; ++i) {
       bool scalar = i < n_in && specs_.inputs[i].scalar;
-      args.push_back(scalar ? ScalarArg(ctx->input(i)) : tvm::ffi::AnyView(&dl[i]));
+      args.push_back(scalar ? ScalarArg(in_dtypes_[i], ctx->input(i).data()) : tvm::ffi::AnyView(&dl[i]));
     }
     tvm::ffi::Any result;
     try {

@@ -2,6 +2,7 @@
 #pragma once
 
 #include <dlpack/dlpack.h>
+#include <tvm/ffi/any.h>
 
 #include <string>
 #include <vector>
@@ -15,6 +16,10 @@ namespace tftvm {
 
 // TF's dtype as DLPack's; false for dtypes TVM cannot take.
 bool ToDLDataType(tensorflow::DataType dt, DLDataType* out);
+
+// A scalar operand at `data` as TVM takes it, the same for the TF and the XLA kernel:
+// integers as int64, floats as double, bool as bool; none for a dtype TVM cannot take.
+tvm::ffi::AnyView ScalarArg(DLDataType dtype, const void* data);
 
 // The parsed in_spec / out_spec attrs of a TvmCall node.
 struct Specs {

@@ -67,25 +67,6 @@ bool ToDL(ffi::DataType t, DLDataType* out) {
   }
 }
 
-// A scalar operand's value, as the TF kernel passes it: integers as int64, floats as double.
-tvm::ffi::AnyView ScalarValue(const ffi::AnyBuffer& b) {
-  const void* p = b.untyped_data();
-  switch (b.element_type()) {
-    case ffi::DataType::F32: return static_cast<double>(*static_cast<const float*>(p));
-    case ffi::DataType::F64: return *static_cast<const double*>(p);
-    case ffi::DataType::PRED: return *static_cast<const bool*>(p);
-    case ffi::DataType::S8: return static_cast<int64_t>(*static_cast<const int8_t*>(p));
-    case ffi::DataType::S16: return static_cast<int64_t>(*static_cast<const int16_t*>(p));
-    case ffi::DataType::S32: return static_cast<int64_t>(*static_cast<const int32_t*>(p));
-    case ffi::DataType::S64: return *static_cast<const int64_t*>(p);
-    case ffi::DataType::U8: return static_cast<int64_t>(*static_cast<const uint8_t*>(p));
-    case ffi::DataType::U16: return static_cast<int64_t>(*static_cast<const uint16_t*>(p));
-    case ffi::DataType::U32: return static_cast<int64_t>(*static_cast<const uint32_t*>(p));
-    case ffi::DataType::U64: return static_cast<int64_t>(*static_cast<const uint64_t*>(p));
-    default: return tvm::ffi::AnyView();
-  }
-}
-
 // key + function name -> the function, looked up once per process.
 std::optional<tvm::ffi::Function> FindFunction(std::string_view key, std::string_view func) {
   static std::mutex mu;
@@ -151,7 +132,12 @@ ffi::Error Call(ffi::RemainingArgs args, ffi::RemainingRets rets, std::string_vi
     auto b = args.get<ffi::AnyBuffer>(i);
     if (!b.has_value()) return ffi::Error(ffi::ErrorCode::kInternal, where + ": operand " + std::to_string(i));
     if (i < scalars.size() && scalars[i] == '1') {
-      values[i] = ScalarValue(*b);
+      DLDataType dtype;
+      if (!ToDL(b->element_type(), &dtype)) {
+        return ffi::Error(ffi::ErrorCode::kInvalidArgument,
+                          where + ": operand " + std::to_string(i) + " has a dtype TVM cannot take");
+      }
+      values[i] = ScalarArg(dtype, b->untyped_data());
       continue;
     }
     any_empty_input |= b->element_count() == 0;

@@ -60,9 +60,9 @@ class RelaxProgram:
         self.name = name
         self.params = list(mod["main"].params)
         mod = fold_scales.fold(mod, sorted(weights))
-        self._lifted = _lift_weights(mod, sorted(weights)) if weights else None
-        if self._lifted is not None:
-            mod, self._runtime, self._weights = self._lifted
+        lifted = _lift_weights(mod, sorted(weights)) if weights else None
+        if lifted is not None:
+            mod, self._runtime, self._weights = lifted
         fused = fuse(mod)
         self.kernels = []  # the tftvm ops, in call order
 
@@ -74,7 +74,7 @@ class RelaxProgram:
             return compiled, dims
 
         self._prepare = None
-        if self._lifted:
+        if lifted is not None:
             self._prepare = _Steps(name, fused["main_transform_params"], kernel, memoize=memoize_weights)
         self._main = _Steps(name, fused["main"], kernel)
         self.output_shapes = _static_dims(fused["main"].ret_ty)
