@@ -91,3 +91,16 @@ def test_tune_command_refuses_unknown_dims_besides_the_batch(tmp_path):
     tf.saved_model.save(module, str(tmp_path / "src"), signatures=module.f.get_concrete_function())
     proc = tftvm("tune", str(tmp_path / "src"), str(tmp_path / "out"), "--database", str(tmp_path / "db"))
     assert proc.returncode == 2 and "has unknown dims" in proc.stderr and "besides the batch" in proc.stderr
+
+
+def test_tune_command_with_an_unreachable_rpc_tracker_stops_before_compiling(tmp_path):
+    import socket
+
+    with socket.socket() as s:  # a port nothing listens on
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    proc = tftvm("tune", str(tmp_path / "no_model"), str(tmp_path / "out"), "--database", str(tmp_path / "db"),
+                 "--rpc", f"127.0.0.1:{port}:k")  # fmt: skip
+    assert proc.returncode == 2 and f"cannot reach the RPC tracker at 127.0.0.1:{port}" in proc.stderr, proc.stderr
+    proc = tftvm("tune", "src", "out", "--database", "db", "--rpc", "127.0.0.1:k")
+    assert proc.returncode == 2 and "rpc must be 'HOST:PORT:KEY'" in proc.stderr, proc.stderr

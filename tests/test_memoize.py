@@ -121,3 +121,43 @@ def test_batch_norm_folds_into_the_conv_weights_on_every_path(rng):
     kernels += [k.name for k in optimized.kernels()]
     convs = [k for k in kernels if "conv2d" in k]
     assert len(convs) == 2 and not any("multiply" in k for k in convs), kernels
+
+
+def conv_bn(x, w1, scale1, offset1, mean1, var1, w2, scale2, offset2, mean2, var2):
+    y = tf.nn.conv2d(x, w1, 1, "SAME")
+    y = tf.raw_ops.FusedBatchNormV3(x=y, scale=scale1, offset=offset1, mean=mean1, variance=var1,
+                                    epsilon=1e-3, is_training=False)[0]  # fmt: skip
+    y = tf.nn.depthwise_conv2d(tf.nn.relu(y), w2, [1, 1, 1, 1], "SAME")
+    return tf.raw_ops.FusedBatchNormV3(x=y, scale=scale2, offset=offset2, mean=mean2, variance=var2,
+                                       epsilon=1e-3, is_training=False)[0]  # fmt: skip
+
+
+def conv_bn_weights(rng):
+    bn = lambda: [rng.uniform(0.5, 1.5, 4), rng.uniform(-0.5, 0.5, 4), rng.uniform(-0.5, 0.5, 4), rng.uniform(0.5, 2, 4)]  # noqa: E731
+    arrays = [rng.standard_normal((3, 3, 3, 4)), *bn(), rng.standard_normal((3, 3, 4, 1)), *bn()]
+    return [tf.constant(a.astype(np.float32)) for a in arrays]
+
+
+def test_the_memoized_weight_preparation_is_one_kernel(rng):
+    """Memoized, what the weights alone compute (both batch norms' scales and offsets, folded
+    into the conv weights) is one kernel, one node per call; not memoized (a training step),
+    the default fused kernels run every call. Both follow new weights."""
+    from conftest import tf_graph
+    from tftvm.graph.convert import to_relax
+    from tftvm.graph.lower import RelaxProgram
+
+    weights = conv_bn_weights(rng)
+    specs = [tf.TensorSpec([2, 6, 6, 3])] + [tf.TensorSpec(w.shape) for w in weights]
+    nodes, inputs, outputs, _ = tf_graph(conv_bn, specs)
+    programs = {memoize: RelaxProgram(to_relax(nodes, inputs, outputs), name=f"conv_bn_{memoize}",
+                                      weights=range(1, 11), memoize_weights=memoize)
+                for memoize in (True, False)}  # fmt: skip
+    merged = [k.name for k in programs[True].kernels if "main_transform_params" in k.name]
+    assert merged == ["conv_bn_True/main_transform_params_as_one_kernel"], merged
+    # The same main kernels; unmerged, the preparation is several kernels.
+    assert len(programs[False].kernels) >= len(programs[True].kernels) + 1
+    x = tf.constant(rng.standard_normal((2, 6, 6, 3)).astype(np.float32))
+    for _ in range(2):
+        for program in programs.values():
+            np.testing.assert_allclose(program(x, *weights), conv_bn(x, *weights), rtol=1e-5, atol=1e-5)
+        weights = conv_bn_weights(rng)

@@ -62,8 +62,12 @@ def check(op, *inputs, rtol: float = 1e-5, atol: float = 1e-6, grad_tolerance: f
     results = [_shape_function(op, with_sizes, tensors, want)]
     results.append(_same("tf.function", want, lambda: _flat(tf.function(op)(*tensors)), 0.0, 0.0))
     jitted = tf.function(with_sizes, jit_compile=True)
-    results.append(_same("jit_compile", want, lambda: _flat(jitted(*tensors)), rtol, atol,
-                         lambda: "tftvm_call" in jitted.experimental_get_compiler_ir(*tensors)(stage="hlo")))  # fmt: skip
+    # Where every input is such a constant, TF folds the op before XLA sees it: nothing to find.
+    folded = len(sizes) == len(tensors)
+    custom_call = lambda: folded or "tftvm_call" in jitted.experimental_get_compiler_ir(*tensors)(stage="hlo")  # noqa: E731
+    results.append(_same("jit_compile", want, lambda: _flat(jitted(*tensors)), rtol, atol, custom_call))
+    if folded and results[-1].passed:
+        results[-1].detail += " (every input is a constant there: TF folds the op before XLA)"
     results.append(_same("SavedModel", want, lambda: _flat(_reloaded_call(op, tensors)), 0.0, 0.0))
     results.append(_gradient(op, tensors, grad_tolerance))
     report = CheckReport(op.name, results)

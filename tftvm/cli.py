@@ -109,9 +109,16 @@ def _tune(args) -> int:
     """Optimize with the unknown batch dim fixed, tune every kernel, save the tuned model."""
     import tensorflow as tf
 
+    from . import rpc_runner
     from .graph.optimize import optimize
     from .tune import tune
 
+    try:
+        tracker = rpc_runner.parse(args.rpc)
+        if tracker is not None:
+            tracker.servers()  # before the model compiles: no tracker, no server is a quick error
+    except (ValueError, rpc_runner.RPCUnavailableError) as err:
+        raise _UsageError(str(err)) from None
     call, names, specs = _load_signature(args)
     static = []
     for name, spec in zip(names, specs):
@@ -123,9 +130,10 @@ def _tune(args) -> int:
                               "MetaSchedule tunes concrete shapes; export the model with static shapes")  # fmt: skip
         static.append(tf.TensorSpec(dims, spec.dtype))
     fast = optimize(call, static, min_cluster_size=args.min_cluster_size, progress=_cluster_progress)
-    print(f"tuning {len(fast.kernels())} kernels, {args.trials} trials, database {args.database}", flush=True)
+    where = f", measured on the RPC servers under {tracker}" if tracker else ""
+    print(f"tuning {len(fast.kernels())} kernels, {args.trials} trials, database {args.database}{where}", flush=True)
     tuned = tune(fast, trials=args.trials, database=args.database, time_budget=args.time_budget,
-                 progress=_tune_progress)  # fmt: skip
+                 progress=_tune_progress, rpc=str(tracker) if tracker else None)  # fmt: skip
     _save(tuned, args, names)
     return 0
 
@@ -175,6 +183,8 @@ def main(argv: list[str] | None = None) -> int:
     tun.add_argument("--batch", type=int, default=1, help="the batch size to tune for (default 1)")
     tun.add_argument("--signature", default="serving_default", help="signature to optimize")
     tun.add_argument("--min-cluster-size", type=int, default=3)
+    tun.add_argument("--rpc", metavar="HOST:PORT:KEY",
+                     help="measure on the servers under KEY of this TVM RPC tracker (default $TFTVM_RPC)")
     gen = sub.add_parser("codegen", help="write a standalone C++ TF op project for one TVM function")
     gen.add_argument("target", metavar="FILE.py:NAME",
                      help="a tftvm op (or a PrimFunc / IRModule) defined in FILE.py")

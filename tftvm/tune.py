@@ -20,6 +20,7 @@ import os
 import re
 import time
 
+from . import rpc_runner
 from .records import DATABASE_ENV, database_dir, drop_wrong_records, workload
 
 log = logging.getLogger(__name__)
@@ -50,7 +51,7 @@ class TuneProgress:
 
 
 def tune(target_obj, *, trials: int = 64, database=None, seed: int | None = None,
-         time_budget: float | None = None, progress=None, shapes=None):  # fmt: skip
+         time_budget: float | None = None, progress=None, shapes=None, rpc: str | None = None):  # fmt: skip
     """Tune with MetaSchedule; return the same thing rebuilt with the tuned schedules.
 
     `target_obj`: a tftvm op, a list of tftvm ops, a `tftvm.optimize` result (every
@@ -63,9 +64,11 @@ def tune(target_obj, *, trials: int = 64, database=None, seed: int | None = None
     default $TFTVM_TUNING_DB; records already there are kept and the best of all is
     used. `time_budget`: seconds after which the search stops (checked after each
     round of one batch per kernel). `progress(TuneProgress)` is called after each batch.
-    Kernels are tuned for the target they were compiled for. Before returning, the
-    best records are checked against the default schedule on random inputs and
-    wrong ones removed (see tftvm.records).
+    Kernels are tuned for the target they were compiled for. `rpc`: "HOST:PORT:KEY" (default
+    $TFTVM_RPC): candidates are built here and measured on the servers registered under KEY
+    with that TVM RPC tracker (see tftvm.rpc_runner), one at a time per server; without it,
+    on this machine. Before returning, the best records are checked against the default
+    schedule on random inputs, here, and wrong ones removed (see tftvm.records).
     """
     from .compiled_model import CompiledModel
     from .graph.optimize import Optimized
@@ -92,6 +95,7 @@ def tune(target_obj, *, trials: int = 64, database=None, seed: int | None = None
     else:
         raise TypeError("tftvm.tune takes an op made by tftvm.op, a list of them, a tftvm.optimize or a "
                         f"tftvm.compile_model result; got {type(target_obj).__name__}")  # fmt: skip
+    tracker = rpc_runner.parse(rpc)
     if not isinstance(target_obj, CompiledModel):
         kernels, compile_target = _op_kernels(ops, single=isinstance(target_obj, TvmOp)), _target_of(ops)
     path = database_dir(database)
@@ -102,7 +106,7 @@ def tune(target_obj, *, trials: int = 64, database=None, seed: int | None = None
         log.warning("nothing to tune: every kernel has symbolic dims")
         return target_obj
     path.mkdir(parents=True, exist_ok=True)
-    _run_search(tasks, own_schedules, weights, compile_target, path, trials, seed, time_budget, progress)
+    _run_search(tasks, own_schedules, weights, compile_target, path, trials, seed, time_budget, progress, tracker)
     dropped = drop_wrong_records(tasks, compile_target, path)
     if dropped:
         log.warning("dropped %d tuning records whose kernels computed wrong results", dropped)
@@ -163,17 +167,20 @@ def _target_of(ops):
     return resolve_target(ops[0].compile_options.get("target"))
 
 
-def _run_search(tasks, own_schedules, weights, target, path, trials, seed, time_budget, progress) -> None:
+def _run_search(tasks, own_schedules, weights, target, path, trials, seed, time_budget, progress, tracker) -> None:
     """MetaSchedule in rounds of one batch per kernel. With a time budget a round goes
     through the kernels a group at a time, the heaviest first, and the budget is checked
     after each group: a round of every kernel of a ResNet50 is ~1900 candidates, an hour
     on 2 cores. (Stopping tasks from inside MetaSchedule's scheduler trips its own
-    checks.) One cost model serves every round, so what it learned carries over.
+    checks.) One cost model serves every round, so what it learned carries over. With a
+    `tracker` (rpc_runner.Tracker), candidates are measured on its servers; where a whole
+    batch failed, the tracker is asked again, and a tracker gone or without servers stops
+    the search with RPCUnavailableError (what was measured is in the database already).
     """
     from tvm.ir.utils import derived_object
     from tvm.s_tir import meta_schedule as ms
 
-    state = {"done": 0, "start": time.perf_counter(), "best": {}}
+    state = {"done": 0, "start": time.perf_counter(), "best": {}, "measured": 0}
     names = []  # task ids of the group being searched, in the order its contexts are given
 
     @derived_object
@@ -185,6 +192,7 @@ def _run_search(tasks, own_schedules, weights, target, path, trials, seed, time_
             times = [float(sum(r.run_secs) / len(r.run_secs)) * 1e3
                      for r in runner_results if r.error_msg is None and r.run_secs]  # fmt: skip
             name = names[task_id]
+            state["measured"] += len(times)
             if times:
                 state["best"][name] = min([*times, state["best"].get(name, float("inf"))])
             elapsed = time.perf_counter() - state["start"]
@@ -198,6 +206,7 @@ def _run_search(tasks, own_schedules, weights, target, path, trials, seed, time_
     per_iteration = _per_iteration(trials, len(tasks))
     groups = _groups(tasks, weights, per_iteration if time_budget is not None else 0)
     cost_model = ms.cost_model.CostModel.create("xgb", num_tuning_cores=os.cpu_count() or 1)
+    runner = tracker.runner() if tracker is not None else "local"
     log.info("tuning %d kernels: %d trials into %s", len(tasks), trials, path)
     for round_index in itertools.count():
         before, spent = state["done"], False
@@ -212,10 +221,13 @@ def _run_search(tasks, own_schedules, weights, target, path, trials, seed, time_
                                logger=logging.getLogger(f"{__name__}.{name}")).clone()
                 for name, rand_state in zip(group, ms.utils.fork_seed(group_seed, n=len(group)))
             ]  # fmt: skip
+            measured_before = state["measured"]
             ms.tune_tasks(tasks=contexts, task_weights=[float(weights[name]) for name in group], work_dir=str(path),
                           max_trials_global=min(trials - state["done"], per_iteration * len(group)),
-                          num_trials_per_iter=per_iteration, builder=_builder(), cost_model=cost_model,
+                          num_trials_per_iter=per_iteration, builder=_builder(), runner=runner, cost_model=cost_model,
                           measure_callbacks=[*ms.measure_callback.MeasureCallback.create("default"), _Monitor()])  # fmt: skip
+            if tracker is not None and state["measured"] == measured_before:
+                tracker.servers()  # raises where the tracker is gone or has no server left
             spent = time_budget is not None and time.perf_counter() - state["start"] > time_budget
             if state["done"] >= trials or spent:
                 break
@@ -224,7 +236,7 @@ def _run_search(tasks, own_schedules, weights, target, path, trials, seed, time_
         if spent:
             log.info("tuning: time budget of %.0f s spent after %d trials; stopping", time_budget, state["done"])
             break
-    _record_schedules(tasks, own_schedules, tuning_target, path)
+    _record_schedules(tasks, own_schedules, tuning_target, path, runner if tracker is not None else None)
     log.info("tuned %d kernels in %.1f s", len(tasks), time.perf_counter() - state["start"])
 
 
@@ -252,11 +264,12 @@ def _groups(tasks, weights, per_iteration: int) -> list[list[str]]:
     return [order[i : i + size] for i in range(0, len(order), size)]
 
 
-def _record_schedules(tasks, own_schedules, target, path) -> None:
+def _record_schedules(tasks, own_schedules, target, path, runner=None) -> None:
     """Measure tftvm's default schedule of each kernel, and the op's own schedule where
     it has one, as MetaSchedule measures its candidates, and add them to the database:
     the best record is then never slower than the untuned kernel (few trials often
-    find nothing better for small kernels) nor than the user's hand schedule."""
+    find nothing better for small kernels) nor than the user's hand schedule. `runner`:
+    where the candidates were measured (default: here)."""
     from tvm.s_tir import meta_schedule as ms
 
     from .schedule import custom_trace, default_cpu_trace
@@ -270,7 +283,7 @@ def _record_schedules(tasks, own_schedules, target, path) -> None:
         if b.error_msg is not None:
             log.warning("%s schedule of %s did not build: %s", kind, name, b.error_msg)
     runnable = [(s, b) for s, b in zip(schedules, built) if b.error_msg is None]
-    futures = ms.runner.LocalRunner().run([ms.runner.RunnerInput(b.artifact_path, "cpu", args[name])
+    futures = (runner or ms.runner.LocalRunner()).run([ms.runner.RunnerInput(b.artifact_path, "cpu", args[name])
                                            for (name, _, _), b in runnable])  # fmt: skip
     for ((name, kind, sch), _), future in zip(runnable, futures):
         result = future.result()

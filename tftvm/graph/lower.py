@@ -13,14 +13,16 @@ import logging
 log = logging.getLogger(__name__)
 
 
-def fuse(mod):
-    """Legalize and fuse a Relax module with TVM's standard passes."""
+def fuse(mod, one_kernel=()):
+    """Legalize and fuse a Relax module with TVM's standard passes. The functions named in
+    `one_kernel` become a single kernel each (see `_group_whole`)."""
     import tvm
     from tvm import relax
 
     from . import fast_math, pack_weights
 
-    passes = [
+    seq = tvm.transform.Sequential
+    mod = seq([
         # Bindings of one variable to another (a converted Identity, say) are nodes FuseOps
         # cannot look through: with them no conv took its bias, BN and ReLU.
         relax.transform.CanonicalizeBindings(),
@@ -31,10 +33,85 @@ def fuse(mod):
         relax.transform.FoldConstant(),
         relax.transform.FuseOps(),
         relax.transform.FuseTIR(),
+    ])(mod)  # fmt: skip
+    grouped = False
+    for name in one_kernel:
+        with_group = _group_whole(mod, name)
+        if with_group is not None:
+            mod, grouped = with_group, True
+    if grouped:
+        mod = relax.transform.FuseTIR()(mod)
+    return seq([
         relax.transform.RewriteDataflowReshape(),  # reshapes become TF reshapes, not copies
         relax.transform.DeadCodeElimination(),
-    ]
-    return tvm.transform.Sequential(passes)(mod)
+    ])(mod)  # fmt: skip
+
+
+def _group_whole(mod, name: str):
+    """Make every kernel call of `mod[name]` (one tuple param, one dataflow block, a tuple of
+    results) one primitive function, which FuseTIR then merges into one kernel: the weight
+    preparation of a model (LiftTransformParams' `main_transform_params`) runs as one memoized
+    node, not one node per batch norm. None where the function is not of that form."""
+    from tvm import relax
+
+    func = mod[name]
+    if len(func.params) != 1 or len(func.body.blocks) != 1:
+        return None
+    (param,) = func.params
+    items, group, rest = [], [], []
+    for b in func.body.blocks[0].bindings:
+        v = b.value
+        if isinstance(v, relax.TupleGetItem) and v.tuple_value.same_as(param):
+            items.append(b)
+        elif isinstance(v, relax.Call) and len(v.args) == 2:  # a call_tir without symbolic dims
+            group.append(b)
+        elif isinstance(v, relax.TupleGetItem) and any(v.tuple_value.same_as(g.var) for g in group):
+            group.append(b)
+        elif isinstance(v, relax.Tuple) and all(isinstance(f, relax.Var) for f in v.fields):
+            rest.append(b)
+        else:
+            return None
+    if sum(isinstance(g.value, relax.Call) for g in group) < 2:
+        return None
+    in_group = lambda var: any(var.same_as(g.var) for g in group)  # noqa: E731
+    outputs = []  # group results that the result tuple takes
+    for b in rest:
+        for f in b.value.fields:
+            if in_group(f) and not any(f.same_as(o) for o in outputs):
+                outputs.append(f)
+    used = [b.var for b in items if any(_uses(g.value, b.var) for g in group)]
+    # The primitive function keeps the original variables; the caller gets fresh ones.
+    result = relax.Var("weights", relax.TupleType([o.ty for o in outputs]))
+    inner = relax.Function(used, relax.SeqExpr([relax.DataflowBlock(group + [relax.VarBinding(result, relax.Tuple(outputs))])], result),
+                           result.ty).with_attr("Primitive", True)  # fmt: skip
+    bb = relax.BlockBuilder(mod)
+    gv = bb.add_func(inner, f"{name}_as_one_kernel")
+    mod = bb.get()
+    fresh = []  # (original var, the caller's)
+
+    def renamed(var):
+        return next(new for old, new in fresh if old.same_as(var))
+
+    bindings = []
+    for b in items:
+        fresh.append((b.var, relax.DataflowVar(b.var.name, b.var.ty)))
+        bindings.append(relax.VarBinding(fresh[-1][1], b.value))
+    merged = relax.DataflowVar("weights", result.ty)
+    bindings.append(relax.VarBinding(merged, relax.Call(gv, [renamed(v) for v in used])))
+    for i, o in enumerate(outputs):
+        fresh.append((o, relax.DataflowVar(o.name, o.ty)))
+        bindings.append(relax.VarBinding(fresh[-1][1], relax.TupleGetItem(merged, i)))
+    for b in rest:
+        bindings.append(relax.VarBinding(b.var, relax.Tuple([renamed(f) for f in b.value.fields])))
+    body = relax.SeqExpr([relax.DataflowBlock(bindings)], func.body.body)
+    mod[name] = relax.Function(func.params, body, func.ret_ty, func.is_pure, func.attrs)
+    return mod
+
+
+def _uses(expr, var) -> bool:
+    from tvm import relax
+
+    return any(v.same_as(var) for v in relax.analysis.free_vars(expr))
 
 
 class RelaxProgram:
@@ -63,7 +140,8 @@ class RelaxProgram:
         lifted = _lift_weights(mod, sorted(weights)) if weights else None
         if lifted is not None:
             mod, self._runtime, self._weights = lifted
-        fused = fuse(mod)
+        # Memoized, the weight preparation runs once: one node for all of it, not one per kernel.
+        fused = fuse(mod, one_kernel=["main_transform_params"] if lifted is not None and memoize_weights else [])
         self.kernels = []  # the tftvm ops, in call order
 
         def kernel(gv, out_tys, tir_vars):

@@ -1,0 +1,135 @@
+"""Tuning with candidates measured on TVM RPC servers: a tracker and servers on 127.0.0.1."""
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+
+import numpy as np
+import pytest
+import tftvm
+from tftvm import rpc_runner
+from tvm import te
+
+KEY = "tftvm-test"
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+class Cluster:
+    """A tracker and its servers, each a process group of its own (servers fork per session),
+    logging to files; everything is killed when the test ends."""
+
+    def __init__(self, tmp_path):
+        self.tmp_path, self.procs, self.logs = tmp_path, {}, {}
+        self.port = free_port()
+        self._start("tracker", "tvm.exec.rpc_tracker", "--host", "127.0.0.1", "--port", str(self.port),
+                    "--port-end", str(self.port + 1))  # fmt: skip
+        self.spec = f"127.0.0.1:{self.port}:{KEY}"
+
+    def _start(self, name, module, *args):
+        self.logs[name] = self.tmp_path / f"{name}.log"
+        with open(self.logs[name], "w") as log:
+            self.procs[name] = subprocess.Popen([sys.executable, "-m", module, *args], stdout=log,
+                                                stderr=subprocess.STDOUT, start_new_session=True)  # fmt: skip
+
+    def add_server(self, name, key=KEY):
+        port = free_port()
+        self._start(name, "tvm.exec.rpc_server", "--host", "127.0.0.1", "--port", str(port), "--port-end",
+                    str(port + 1), "--tracker", f"127.0.0.1:{self.port}", "--key", key)  # fmt: skip
+
+    def wait_for(self, servers: int, key: str = KEY, timeout: float = 60):
+        deadline = time.monotonic() + timeout
+        while True:
+            try:
+                if rpc_runner.parse(f"127.0.0.1:{self.port}:{key}").servers() == servers:
+                    return
+            except rpc_runner.RPCUnavailableError:
+                pass
+            assert time.monotonic() < deadline, {n: p.read_text()[-2000:] for n, p in self.logs.items()}
+            time.sleep(0.5)
+
+    def kill(self, name):
+        os.killpg(self.procs[name].pid, signal.SIGKILL)
+        self.procs[name].wait(timeout=30)
+
+    def measured(self, name) -> int:
+        """Candidates a server ran: its log has a line for each module it loaded."""
+        return self.logs[name].read_text().count("load_module")
+
+    def close(self):
+        for proc in self.procs.values():
+            if proc.poll() is None:
+                os.killpg(proc.pid, signal.SIGKILL)
+                proc.wait(timeout=30)
+
+
+@pytest.fixture
+def cluster(tmp_path):
+    c = Cluster(tmp_path)
+    yield c
+    c.close()
+
+
+def matmul_op(name):
+    A = te.placeholder((32, 32), "float32", name="A")
+    B = te.placeholder((32, 32), "float32", name="B")
+    k = te.reduce_axis((0, 32), "k")
+    C = te.compute((32, 32), lambda i, j: te.sum(A[i, k] * B[k, j], axis=k), name="C")
+    return tftvm.op([A, B], [C], name=name)
+
+
+def assert_correct(op):
+    rng = np.random.default_rng(0)
+    a, b = rng.standard_normal((2, 32, 32)).astype(np.float32)
+    np.testing.assert_allclose(op(a, b).numpy(), a @ b, rtol=1e-4, atol=1e-4)
+
+
+def test_two_servers_share_the_measuring_and_the_tuned_op_is_right(cluster, tmp_path):
+    cluster.add_server("server1")
+    cluster.add_server("server2")
+    cluster.wait_for(servers=2)
+    tuned = tftvm.tune(matmul_op("matmul_rpc"), trials=16, database=tmp_path / "db", seed=0, rpc=cluster.spec)
+    assert cluster.measured("server1") > 0 and cluster.measured("server2") > 0, (
+        cluster.measured("server1"), cluster.measured("server2"))  # fmt: skip
+    assert (tmp_path / "db" / "database_tuning_record.json").read_text().strip()
+    assert_correct(tuned)
+
+
+def test_a_server_killed_while_tuning_leaves_the_other_to_finish(cluster, tmp_path, monkeypatch):
+    cluster.add_server("server1")
+    cluster.add_server("server2")
+    cluster.wait_for(servers=2)
+    killed_at = []
+
+    def kill_after_the_first_batch(p):
+        if not killed_at:
+            killed_at.append(cluster.measured("server1"))
+            cluster.kill("server2")
+
+    monkeypatch.setenv("TFTVM_RPC", cluster.spec)  # the environment variable names the tracker
+    tuned = tftvm.tune(matmul_op("matmul_rpc_fault"), trials=16, database=tmp_path / "db", seed=0,
+                       progress=kill_after_the_first_batch)  # fmt: skip
+    assert killed_at and cluster.measured("server1") > killed_at[0]  # the survivor measured what followed
+    assert_correct(tuned)
+
+
+def test_no_server_under_the_key_or_no_tracker_is_a_clear_error(cluster, tmp_path):
+    cluster.add_server("other", key="another-key")
+    cluster.wait_for(servers=1, key="another-key")
+    with pytest.raises(rpc_runner.RPCUnavailableError, match=f"no server under key '{KEY}' \\(keys there: another-key\\)"):
+        tftvm.tune(matmul_op("matmul_rpc_nokey"), trials=4, database=tmp_path / "db", rpc=cluster.spec)
+    cluster.kill("tracker")
+    with pytest.raises(rpc_runner.RPCUnavailableError, match=f"cannot reach the RPC tracker at 127.0.0.1:{cluster.port}"):
+        tftvm.tune(matmul_op("matmul_rpc_nokey"), trials=4, database=tmp_path / "db", rpc=cluster.spec)
+
+
+@pytest.mark.parametrize("spec", ["localhost", "localhost:9190", "host:port:key", ":9190:key", "h:1:"])
+def test_a_malformed_rpc_spec_is_a_value_error(spec):
+    with pytest.raises(ValueError, match="rpc must be 'HOST:PORT:KEY'"):
+        rpc_runner.parse(spec)
