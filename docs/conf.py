@@ -1,4 +1,4 @@
-"""Sphinx configuration: the README, the serving guide, the XLA design note and the tutorials gallery.
+"""Sphinx configuration: the README, the serving and RPC tuning guides, the XLA design note, the tutorials gallery.
 
 Build: `sphinx-build -W -b html docs docs/_build/html` (offline; the tutorials are
 rendered, not run: the test suite runs them).

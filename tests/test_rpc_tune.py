@@ -1,4 +1,5 @@
 """Tuning with candidates measured on TVM RPC servers: a tracker and servers on 127.0.0.1."""
+import json
 import os
 import signal
 import socket
@@ -133,3 +134,22 @@ def test_no_server_under_the_key_or_no_tracker_is_a_clear_error(cluster, tmp_pat
 def test_a_malformed_rpc_spec_is_a_value_error(spec):
     with pytest.raises(ValueError, match="rpc must be 'HOST:PORT:KEY'"):
         rpc_runner.parse(spec)
+
+
+def test_the_tracker_gone_mid_run_stops_the_search_and_keeps_what_was_measured(cluster, tmp_path):
+    cluster.add_server("server1")
+    cluster.wait_for(servers=1)
+
+    def kill_everything_after_the_first_batch(p):
+        if cluster.procs["tracker"].poll() is None:
+            cluster.kill("tracker")
+            cluster.kill("server1")
+
+    start = time.monotonic()
+    with pytest.raises(rpc_runner.RPCUnavailableError, match="cannot reach the RPC tracker"):
+        tftvm.tune(matmul_op("matmul_rpc_gone"), trials=16, database=tmp_path / "db", seed=0, rpc=cluster.spec,
+                   progress=kill_everything_after_the_first_batch)  # fmt: skip
+    assert time.monotonic() - start < 120  # failed candidates fail fast: no wait on TVM's retries
+    lines = (tmp_path / "db" / "database_tuning_record.json").read_text().splitlines()
+    run_secs = [json.loads(line)[1][1] for line in lines]  # failed candidates are kept at 1e10 s
+    assert any(secs and max(float(s) for s in secs) < 1.0 for secs in run_secs), run_secs  # the first batch's

@@ -239,3 +239,22 @@ def test_compiled_model_is_tuned_at_concrete_shapes(tmp_path, rng):
     assert loaded.statics[((1, 6, 6, 3),)].calls == 1
     with pytest.raises(TypeError, match="loaded from an export, which keeps no TVM IR"):
         tftvm.tune(loaded, trials=1, database=tmp_path)
+
+
+def test_a_record_is_used_only_for_the_target_it_was_measured_for(tmp_path):
+    """A database shared by machines holds records of several CPUs: a kernel built for one
+    must not take a schedule measured on another (MetaSchedule's own query would)."""
+    import tvm
+    from tvm.s_tir import meta_schedule as ms
+    from tftvm.records import tuned_schedule, workload
+    from tftvm.schedule import default_cpu_trace
+
+    A = te.placeholder((64,), "float32", name="A")
+    func = te.create_prim_func([A, te.compute((64,), lambda i: A[i] * 2.0, name="B")])
+    measured_on = tvm.target.Target({"kind": "llvm", "mcpu": "znver4", "num-cores": 2})
+    db = ms.database.JSONDatabase(work_dir=str(tmp_path))
+    db.commit_tuning_record(ms.database.TuningRecord(default_cpu_trace(workload(func)).trace,
+                                                     db.commit_workload(workload(func)), [1e-6], measured_on,
+                                                     ms.arg_info.ArgInfo.from_prim_func(func)))  # fmt: skip
+    assert tuned_schedule(func, tvm.target.Target({"kind": "llvm", "mcpu": "znver4"}), tmp_path) is not None
+    assert tuned_schedule(func, tvm.target.Target({"kind": "llvm", "mcpu": "skylake"}), tmp_path) is None

@@ -52,10 +52,32 @@ def tuned_schedules(funcs: dict, target, database) -> dict:
 
     try:
         db = ms.database.JSONDatabase(work_dir=str(path), allow_missing=False)
-        found = {key: db.query_schedule(workload(func), target, workload_name="main") for key, func in funcs.items()}
+        found = {}
+        for key, func in funcs.items():
+            records = _records_for(db, workload(func), target)
+            if records:
+                found[key] = _schedule(workload(func), records[0])
     except Exception as err:  # TVM reports a broken JSON file with its own error types
         raise ValueError(f"tuning database {path} cannot be read: {err}") from err
-    return {key: sch for key, sch in found.items() if sch is not None}
+    return found
+
+
+def _records_for(db, mod, target) -> list:
+    """The records of `mod` measured for `target`, fastest first. MetaSchedule's own query
+    takes the fastest record whatever its target: in a database shared by machines, a
+    kernel built for one CPU would take a schedule tuned on another."""
+    if not db.has_workload(mod):
+        return []
+    want = _target_key(target)
+    return [r for r in db.get_top_k(db.commit_workload(mod), len(db)) if _target_key(r.target) == want]
+
+
+def _target_key(target) -> str:
+    """A target without the core count MetaSchedule's tuning adds to it (tune._with_cores)."""
+    import json
+
+    config = {k: v for k, v in dict(target.export()).items() if k != "num-cores"}
+    return json.dumps(config, sort_keys=True, default=str)
 
 
 def drop_wrong_records(funcs: dict, target, path: Path, seed: int = 0) -> int:
@@ -69,7 +91,7 @@ def drop_wrong_records(funcs: dict, target, path: Path, seed: int = 0) -> int:
     wrong = []
     for name, func in funcs.items():
         mod = workload(func)
-        records = db.get_top_k(db.commit_workload(mod), len(db))
+        records = _records_for(db, mod, target)
         if not records:
             continue
         args = _random_args(func, np.random.default_rng(seed))
@@ -86,13 +108,17 @@ def drop_wrong_records(funcs: dict, target, path: Path, seed: int = 0) -> int:
     return len(wrong)
 
 
-def _scheduled(mod, record):
-    """The module as `query_schedule` makes it from a record."""
+def _schedule(mod, record):
+    """The schedule of `mod` that a record's trace makes, as `query_schedule` makes it."""
     from tvm import s_tir
 
     sch = s_tir.Schedule(mod)
     record.trace.apply_to_schedule(sch, remove_postproc=False)
-    return sch.mod
+    return sch
+
+
+def _scheduled(mod, record):
+    return _schedule(mod, record).mod
 
 
 def _random_args(func, rng) -> list[np.ndarray]:
