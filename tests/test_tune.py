@@ -1,5 +1,6 @@
 """MetaSchedule tuning: records land in a JSON database and later builds use them."""
 import json
+import logging
 
 import numpy as np
 import pytest
@@ -100,6 +101,28 @@ def test_optimized_model_is_tuned_kernel_by_kernel(tmp_path, rng):
     # The records (MetaSchedule's and the default schedule's) are found again by a later optimize.
     again = tftvm.optimize(model, [tf.TensorSpec([8, 16])], database=tmp_path / "db")
     assert [k.kernel.key for k in again.kernels()] == after
+
+
+def test_an_optimize_result_without_a_signature_is_tuned_at_the_shapes_it_was_called_with(tmp_path, rng, caplog):
+    import tensorflow as tf
+
+    w = tf.constant(rng.standard_normal((16, 16)).astype(np.float32))
+
+    def model(x):
+        return tf.tanh(tf.matmul(x, w) + 1.0)
+
+    adaptive = tftvm.optimize(model)
+    with pytest.raises(ValueError, match="has compiled nothing yet: call it at the input shapes to tune for"):
+        tftvm.tune(adaptive, trials=4, database=tmp_path / "db")
+    x = rng.standard_normal((8, 16)).astype(np.float32)
+    adaptive(x)  # compiles the static variant for [8, 16]
+    with caplog.at_level(logging.INFO, logger="tftvm.kernel"):
+        tuned = tftvm.tune(adaptive, trials=2 * len(adaptive.kernels()), database=tmp_path / "db", seed=0)
+    np.testing.assert_allclose(tuned(x).numpy(), model(x).numpy(), rtol=1e-4, atol=1e-4)
+    # Rebuilt with the records: every kernel of the variant took its tuned schedule.
+    assert caplog.text.count("using its tuned schedule") == len(adaptive.kernels()) == len(tuned.kernels())
+    y = rng.standard_normal((3, 16)).astype(np.float32)  # a new shape still compiles (symbolic, untuned)
+    np.testing.assert_allclose(tuned(y).numpy(), model(y).numpy(), rtol=1e-4, atol=1e-4)
 
 
 def test_time_budget_stops_after_the_first_round(tmp_path):

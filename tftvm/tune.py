@@ -56,7 +56,8 @@ def tune(target_obj, *, trials: int = 64, database=None, seed: int | None = None
 
     `target_obj`: a tftvm op, a list of tftvm ops, a `tftvm.optimize` result (every
     kernel of it; kernels with symbolic dims are skipped with a log line: optimize with
-    a static input_signature to tune them), or a `tftvm.compile_model` result: its
+    a static input_signature to tune them; without an input_signature, the variants it
+    compiled for the shapes it was called with, and later variants use the records), or a `tftvm.compile_model` result: its
     kernels are tuned at concrete input `shapes` (as `compile_model(specialize=...)`
     takes them; default: each `None` dim 1) and it comes back with a static program for
     each, tuned (calls with other shapes run the general program, untuned). `trials`: measured
@@ -71,6 +72,7 @@ def tune(target_obj, *, trials: int = 64, database=None, seed: int | None = None
     schedule on random inputs, here, and wrong ones removed (see tftvm.records).
     """
     from .compiled_model import CompiledModel
+    from .graph.adaptive import AdaptiveOptimized
     from .graph.optimize import Optimized
     from .op import TvmOp
 
@@ -88,6 +90,11 @@ def tune(target_obj, *, trials: int = 64, database=None, seed: int | None = None
         rebuild = lambda database: target_obj.rebuilt(database=database, specialize=shapes)  # noqa: E731
     elif isinstance(target_obj, Optimized):
         ops, rebuild = target_obj.kernels(), target_obj.rebuilt
+    elif isinstance(target_obj, AdaptiveOptimized):
+        ops, rebuild = target_obj.kernels(), target_obj.rebuilt
+        if not ops:
+            raise ValueError("tftvm.tune: this tftvm.optimize result (no input_signature) has compiled nothing "
+                             "yet: call it at the input shapes to tune for, then tune it")  # fmt: skip
     elif isinstance(target_obj, TvmOp):
         ops, rebuild = [target_obj], target_obj.rebuilt
     elif isinstance(target_obj, (list, tuple)) and target_obj and all(isinstance(o, TvmOp) for o in target_obj):

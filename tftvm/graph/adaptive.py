@@ -16,6 +16,8 @@ log = logging.getLogger(__name__)
 
 
 class AdaptiveOptimized:
+    """`build(signature, **options)` compiles one variant (an Optimized)."""
+
     def __init__(self, fn, build, cache_size: int = 8):
         if cache_size < 1:
             raise ValueError(f"cache_size must be >= 1, got {cache_size}")
@@ -54,6 +56,20 @@ class AdaptiveOptimized:
         while len(self._variants) > self._size:
             self._variants.popitem(last=False)
         return variant
+
+    def kernels(self) -> list:
+        """The tftvm ops of every compiled variant (what `tftvm.tune` tunes: the static
+        variants are the shapes the function was called with)."""
+        return [k for variant in self._variants.values() for k in variant.kernels()]
+
+    def rebuilt(self, **options) -> "AdaptiveOptimized":
+        """The same variants, and the ones compiled later, built with `options` changed
+        (`database=`: the tuned schedules)."""
+        new = AdaptiveOptimized(self._fn, lambda sig, **more: self._build(sig, **{**options, **more}), self._size)
+        new._seen = dict(self._seen)
+        for signature, variant in self._variants.items():
+            new._variants[signature] = variant.rebuilt(**options)
+        return new
 
     def report(self) -> str:
         parts = [f"{len(self._variants)} compiled variants ({self.compiles} compiles)"]

@@ -88,7 +88,7 @@ def optimize(fn, input_signature=None, *, cache_size: int = 8, min_cluster_size:
     if input_signature is None:
         from .adaptive import AdaptiveOptimized
 
-        return AdaptiveOptimized(fn, lambda sig: optimize(fn, sig, **options), cache_size)
+        return AdaptiveOptimized(fn, lambda sig, **changed: optimize(fn, sig, **{**options, **changed}), cache_size)
     frozen = freeze(fn, input_signature)
     frozen, bodies = control_flow.optimize_bodies(frozen, lambda body: offload(body, **{**options, "progress": None}),
                                                   strict=strict)  # fmt: skip
