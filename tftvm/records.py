@@ -54,9 +54,10 @@ def tuned_schedules(funcs: dict, target, database) -> dict:
         db = ms.database.JSONDatabase(work_dir=str(path), allow_missing=False)
         found = {}
         for key, func in funcs.items():
-            records = _records_for(db, workload(func), target)
+            mod = workload(func)
+            records = _records_for(db, mod, target)
             if records:
-                found[key] = _schedule(workload(func), records[0])
+                found[key] = _schedule(mod, records[0])
     except Exception as err:  # TVM reports a broken JSON file with its own error types
         raise ValueError(f"tuning database {path} cannot be read: {err}") from err
     return found

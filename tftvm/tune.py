@@ -56,9 +56,9 @@ def tune(target_obj, *, trials: int = 64, database=None, seed: int | None = None
 
     `target_obj`: a tftvm op, a list of tftvm ops, a `tftvm.optimize` result (every
     kernel of it; kernels with symbolic dims are skipped with a log line: optimize with
-    a static input_signature to tune them; without an input_signature, the variants it
-    compiled for the shapes it was called with, and later variants use the records), or a `tftvm.compile_model` result: its
-    kernels are tuned at concrete input `shapes` (as `compile_model(specialize=...)`
+    a static input_signature to tune them; made without an input_signature, the variants
+    it compiled for the shapes it was called with, and later variants use the records), or
+    a `tftvm.compile_model` result: its kernels are tuned at concrete input `shapes` (as `compile_model(specialize=...)`
     takes them; default: each `None` dim 1) and it comes back with a static program for
     each, tuned (calls with other shapes run the general program, untuned). `trials`: measured
     candidates in all, shared among the kernels. `database`: a directory (created),
@@ -213,7 +213,7 @@ def _run_search(tasks, own_schedules, weights, target, path, trials, seed, time_
     per_iteration = _per_iteration(trials, len(tasks))
     groups = _groups(tasks, weights, per_iteration if time_budget is not None else 0)
     cost_model = ms.cost_model.CostModel.create("xgb", num_tuning_cores=os.cpu_count() or 1)
-    runner = tracker.runner() if tracker is not None else "local"
+    runner = tracker.runner() if tracker is not None else None  # None: MetaSchedule's local runner
     log.info("tuning %d kernels: %d trials into %s", len(tasks), trials, path)
     for round_index in itertools.count():
         before, spent = state["done"], False
@@ -231,7 +231,7 @@ def _run_search(tasks, own_schedules, weights, target, path, trials, seed, time_
             measured_before = state["measured"]
             ms.tune_tasks(tasks=contexts, task_weights=[float(weights[name]) for name in group], work_dir=str(path),
                           max_trials_global=min(trials - state["done"], per_iteration * len(group)),
-                          num_trials_per_iter=per_iteration, builder=_builder(), runner=runner, cost_model=cost_model,
+                          num_trials_per_iter=per_iteration, builder=_builder(), runner=runner or "local", cost_model=cost_model,
                           measure_callbacks=[*ms.measure_callback.MeasureCallback.create("default"), _Monitor()])  # fmt: skip
             if tracker is not None and state["measured"] == measured_before:
                 tracker.servers()  # raises where the tracker is gone or has no server left
@@ -243,7 +243,7 @@ def _run_search(tasks, own_schedules, weights, target, path, trials, seed, time_
         if spent:
             log.info("tuning: time budget of %.0f s spent after %d trials; stopping", time_budget, state["done"])
             break
-    _record_schedules(tasks, own_schedules, tuning_target, path, runner if tracker is not None else None)
+    _record_schedules(tasks, own_schedules, tuning_target, path, runner)
     log.info("tuned %d kernels in %.1f s", len(tasks), time.perf_counter() - state["start"])
 
 

@@ -13,9 +13,9 @@ import logging
 log = logging.getLogger(__name__)
 
 
-def fuse(mod, one_kernel=()):
-    """Legalize and fuse a Relax module with TVM's standard passes. The functions named in
-    `one_kernel` become a single kernel each (see `_group_whole`)."""
+def fuse(mod, one_kernel: str | None = None):
+    """Legalize and fuse a Relax module with TVM's standard passes. The function named
+    `one_kernel` becomes a single kernel (see `_group_whole`)."""
     import tvm
     from tvm import relax
 
@@ -34,13 +34,9 @@ def fuse(mod, one_kernel=()):
         relax.transform.FuseOps(),
         relax.transform.FuseTIR(),
     ])(mod)  # fmt: skip
-    grouped = False
-    for name in one_kernel:
-        with_group = _group_whole(mod, name)
-        if with_group is not None:
-            mod, grouped = with_group, True
-    if grouped:
-        mod = relax.transform.FuseTIR()(mod)
+    grouped = _group_whole(mod, one_kernel) if one_kernel is not None else None
+    if grouped is not None:
+        mod = relax.transform.FuseTIR()(grouped)
     return seq([
         relax.transform.RewriteDataflowReshape(),  # reshapes become TF reshapes, not copies
         relax.transform.DeadCodeElimination(),
@@ -82,8 +78,8 @@ def _group_whole(mod, name: str):
     used = [b.var for b in items if any(_uses(g.value, b.var) for g in group)]
     # The primitive function keeps the original variables; the caller gets fresh ones.
     result = relax.Var("weights", relax.TupleType([o.ty for o in outputs]))
-    inner = relax.Function(used, relax.SeqExpr([relax.DataflowBlock(group + [relax.VarBinding(result, relax.Tuple(outputs))])], result),
-                           result.ty).with_attr("Primitive", True)  # fmt: skip
+    block = relax.DataflowBlock(group + [relax.VarBinding(result, relax.Tuple(outputs))])
+    inner = relax.Function(used, relax.SeqExpr([block], result), result.ty).with_attr("Primitive", True)
     bb = relax.BlockBuilder(mod)
     gv = bb.add_func(inner, f"{name}_as_one_kernel")
     mod = bb.get()
@@ -141,7 +137,7 @@ class RelaxProgram:
         if lifted is not None:
             mod, self._runtime, self._weights = lifted
         # Memoized, the weight preparation runs once: one node for all of it, not one per kernel.
-        fused = fuse(mod, one_kernel=["main_transform_params"] if lifted is not None and memoize_weights else [])
+        fused = fuse(mod, one_kernel="main_transform_params" if lifted is not None and memoize_weights else None)
         self.kernels = []  # the tftvm ops, in call order
 
         def kernel(gv, out_tys, tir_vars):
