@@ -132,16 +132,18 @@ def conv_bn(x, w1, scale1, offset1, mean1, var1, w2, scale2, offset2, mean2, var
                                        epsilon=1e-3, is_training=False)[0]  # fmt: skip
 
 
-def conv_bn_weights(rng):
-    bn = lambda: [rng.uniform(0.5, 1.5, 4), rng.uniform(-0.5, 0.5, 4), rng.uniform(-0.5, 0.5, 4), rng.uniform(0.5, 2, 4)]  # noqa: E731
-    arrays = [rng.standard_normal((3, 3, 3, 4)), *bn(), rng.standard_normal((3, 3, 4, 1)), *bn()]
+def conv_bn_weights(rng, channels=32):
+    bn = lambda: [rng.uniform(0.5, 1.5, channels), rng.uniform(-0.5, 0.5, channels),  # noqa: E731
+                  rng.uniform(-0.5, 0.5, channels), rng.uniform(0.5, 2, channels)]  # fmt: skip
+    arrays = [rng.standard_normal((3, 3, 3, channels)), *bn(), rng.standard_normal((3, 3, channels, 1)), *bn()]
     return [tf.constant(a.astype(np.float32)) for a in arrays]
 
 
 def test_the_memoized_weight_preparation_is_one_kernel(rng):
     """Memoized, what the weights alone compute (both batch norms' scales and offsets, folded
-    into the conv weights) is one kernel, one node per call; not memoized (a training step),
-    the default fused kernels run every call. Both follow new weights."""
+    into the conv weights, and the conv weights packed as a frozen model's constants are) is
+    one kernel, one node per call; not memoized (a training step), the default fused kernels
+    run every call and the conv reads its weights unpacked. Both follow new weights."""
     from conftest import tf_graph
     from tftvm.graph.convert import to_relax
     from tftvm.graph.lower import RelaxProgram
@@ -156,6 +158,10 @@ def test_the_memoized_weight_preparation_is_one_kernel(rng):
     assert merged == ["conv_bn_True/main_transform_params_as_one_kernel"], merged
     # The same main kernels; unmerged, the preparation is several kernels.
     assert len(programs[False].kernels) >= len(programs[True].kernels) + 1
+    for memoize, program in programs.items():
+        (conv,) = [k for k in program.kernels if k.name.split("/")[-1].startswith("fused_conv2d_")]
+        ranks = sorted(len(t.dims) for t in conv.signature.inputs)
+        assert ranks[-1] == (5 if memoize else 4), (memoize, [t.spec for t in conv.signature.inputs])
     x = tf.constant(rng.standard_normal((2, 6, 6, 3)).astype(np.float32))
     for _ in range(2):
         for program in programs.values():

@@ -74,10 +74,61 @@ def test_symbolic_op_is_refused_with_the_reason(tmp_path):
     n = te.var("n")
     A = te.placeholder((n, 4), name="A")
     op = tftvm.op([A], [te.compute((n, 4), lambda i, j: A[i, j] * 2.0, name="B")], name="sym")
-    with pytest.raises(ValueError, match="buffer 'A' has symbolic dims \\['n'\\]"):
+    with pytest.raises(ValueError, match="buffer 'A' has symbolic dims \\['n'\\].*give shapes="):
         tftvm.tune(op, trials=1, database=tmp_path)
     with pytest.raises(ValueError, match="time_budget must be > 0"):
         tftvm.tune(op, trials=1, database=tmp_path, time_budget=0)
+
+
+def symbolic_matmul():
+    n, k = te.var("n"), te.var("k")
+    A, B = te.placeholder((n, k), name="A"), te.placeholder((k, 24), name="B")
+    r = te.reduce_axis((0, k), name="r")
+    return tftvm.op([A, B], [te.compute((n, 24), lambda i, j: te.sum(A[i, r] * B[r, j], axis=r), name="C")],
+                    name="sym_mm")  # fmt: skip
+
+
+def test_an_op_with_symbolic_dims_is_tuned_at_the_shapes_given(tmp_path, rng, caplog, monkeypatch):
+    """Static variants at the shapes given are tuned; calls at those shapes run them (eagerly
+    and traced static), others the general op; all match NumPy."""
+    import tensorflow as tf
+
+    op = symbolic_matmul()
+    with caplog.at_level(logging.INFO, logger="tftvm.kernel"):
+        tuned = tftvm.tune(op, shapes=[[(16, 32), (32, 24)], [(8, 32), (32, 24)]], trials=4,
+                           database=tmp_path / "db", seed=0)  # fmt: skip
+    assert isinstance(tuned, tftvm.ShapeDispatchOp)
+    assert sorted(tuned.variants) == [((8, 32), (32, 24)), ((16, 32), (32, 24))]
+    assert caplog.text.count("using its tuned schedule") == 2
+    calls = []  # which op each call runs
+    call = tftvm.TvmOp.__call__
+    monkeypatch.setattr(tftvm.TvmOp, "__call__", lambda self, *a: (calls.append(self), call(self, *a))[1])
+    for rows, want in ((16, "variant"), (8, "variant"), (5, "general")):
+        a, b = rng.standard_normal((rows, 32)).astype(np.float32), rng.standard_normal((32, 24)).astype(np.float32)
+        calls.clear()
+        np.testing.assert_allclose(tuned(a, b).numpy(), a @ b, rtol=1e-4, atol=1e-4)
+        assert (calls[0] is not tuned.general) == (want == "variant"), rows
+        traced = tf.function(lambda a, b: tuned(a, b), input_signature=[tf.TensorSpec([None, 32]), tf.TensorSpec([32, 24])])
+        calls.clear()
+        np.testing.assert_allclose(traced(a, b).numpy(), a @ b, rtol=1e-4, atol=1e-4)
+        assert calls == [tuned.general]  # a None dim at trace time: the general op
+    # Tuned again: the variants it has are tuned further, a new shape added.
+    again = tftvm.tune(tuned, shapes=[[(4, 32), (32, 24)]], trials=3, database=tmp_path / "db", seed=0)
+    assert len(again.variants) == 3
+    a, b = rng.standard_normal((4, 32)).astype(np.float32), rng.standard_normal((32, 24)).astype(np.float32)
+    np.testing.assert_allclose(again(a, b).numpy(), a @ b, rtol=1e-4, atol=1e-4)
+
+
+def test_shapes_that_do_not_fit_the_op_are_clear_errors(tmp_path):
+    op = symbolic_matmul()
+    for shapes, message in (([[(16, 32)]], "takes 2 inputs; shapes= gives 1"),
+                            ([[(16, 32, 1), (32, 24)]], "input 'A' has rank 2"),
+                            ([[(16, 32), (30, 24)]], "dim 'k' is 32 by an earlier input and 30 by input 'B'"),
+                            ([[(16, 32), (32, 25)]], "dim 1 of input 'B' is 24 = 24, shape \\(32, 25\\)")):  # fmt: skip
+        with pytest.raises(ValueError, match=message):
+            tftvm.tune(op, shapes=shapes, trials=1, database=tmp_path)
+    with pytest.raises(TypeError, match="shapes= is for an op and a tftvm.compile_model result"):
+        tftvm.tune([op, op], shapes=[[(1, 1)]], trials=1, database=tmp_path)
 
 
 def test_optimized_model_is_tuned_kernel_by_kernel(tmp_path, rng):

@@ -19,6 +19,7 @@ from .graph.optimize import optimize  # noqa: E402
 from .kernel import Kernel  # noqa: E402
 from .op import TvmOp, load_op, op  # noqa: E402
 from .saved_model import load_saved_model  # noqa: E402
+from .shape_dispatch import ShapeDispatchOp  # noqa: E402
 from .signature import Signature, TensorSig  # noqa: E402
 from .trust import allow_embedded_modules, embedded_modules_allowed  # noqa: E402
 from .tune import tune  # noqa: E402
@@ -38,4 +39,4 @@ except Exception as _err:  # noqa: BLE001  import must not fail: `tftvm doctor` 
     import logging as _logging
 
     _logging.getLogger(__name__).warning("tftvm bridge library unavailable: %s", _err)
-__all__ = ["CheckReport", "CompiledModel", "Kernel", "check", "allow_embedded_modules", "codegen", "compile_model", "disable", "enable", "enabled", "enabled_report", "is_enabled", "load_model", "embedded_modules_allowed", "Signature", "TensorSig", "TvmOp", "load_op", "load_saved_model", "op", "optimize", "tune"]
+__all__ = ["CheckReport", "CompiledModel", "Kernel", "check", "allow_embedded_modules", "codegen", "compile_model", "disable", "enable", "enabled", "enabled_report", "is_enabled", "load_model", "embedded_modules_allowed", "ShapeDispatchOp", "Signature", "TensorSig", "TvmOp", "load_op", "load_saved_model", "op", "optimize", "tune"]

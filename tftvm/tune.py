@@ -54,7 +54,9 @@ def tune(target_obj, *, trials: int = 64, database=None, seed: int | None = None
          time_budget: float | None = None, progress=None, shapes=None, rpc: str | None = None):  # fmt: skip
     """Tune with MetaSchedule; return the same thing rebuilt with the tuned schedules.
 
-    `target_obj`: a tftvm op, a list of tftvm ops, a `tftvm.optimize` result (every
+    `target_obj`: a tftvm op (one with symbolic dims is tuned at `shapes`, a list of sets of
+    input shapes, and comes back as a `ShapeDispatchOp` running a tuned static variant for
+    calls at those shapes), a list of tftvm ops, a `tftvm.optimize` result (every
     kernel of it; kernels with symbolic dims are skipped with a log line: optimize with
     a static input_signature to tune them; made without an input_signature, the variants
     it compiled for the shapes it was called with, and later variants use the records), or
@@ -75,9 +77,12 @@ def tune(target_obj, *, trials: int = 64, database=None, seed: int | None = None
     from .graph.adaptive import AdaptiveOptimized
     from .graph.optimize import Optimized
     from .op import TvmOp
+    from .shape_dispatch import ShapeDispatchOp
 
-    if shapes is not None and not isinstance(target_obj, CompiledModel):
-        raise TypeError("shapes= is for tftvm.compile_model results; an op or an optimize result is tuned "
+    if isinstance(target_obj, TvmOp) and shapes is not None:
+        target_obj = ShapeDispatchOp(target_obj, {})
+    if shapes is not None and not isinstance(target_obj, (CompiledModel, ShapeDispatchOp)):
+        raise TypeError("shapes= is for an op and a tftvm.compile_model result; an optimize result is tuned "
                         "at the shapes it was built for")  # fmt: skip
     if trials < 1:
         raise ValueError(f"trials must be >= 1, got {trials}")
@@ -95,6 +100,11 @@ def tune(target_obj, *, trials: int = 64, database=None, seed: int | None = None
         if not ops:
             raise ValueError("tftvm.tune: this tftvm.optimize result (no input_signature) has compiled nothing "
                              "yet: call it at the input shapes to tune for, then tune it")  # fmt: skip
+    elif isinstance(target_obj, ShapeDispatchOp):
+        target_obj = target_obj.with_variants(shapes or ())
+        ops, rebuild = target_obj.kernels(), target_obj.rebuilt
+        if not ops:
+            raise ValueError(f"tftvm.tune: op '{target_obj.name}' has no static variant to tune: give shapes=")
     elif isinstance(target_obj, TvmOp):
         ops, rebuild = [target_obj], target_obj.rebuilt
     elif isinstance(target_obj, (list, tuple)) and target_obj and all(isinstance(o, TvmOp) for o in target_obj):
@@ -128,8 +138,9 @@ def _op_kernels(ops, single: bool) -> list[tuple]:
             raise TypeError(f"tftvm op '{op.name}' was loaded from a library: it has no TVM IR to tune")
         why = symbolic_reason(op.prim_func)
         if why is not None and single:
-            raise ValueError(f"tftvm op '{op.name}' cannot be tuned: {why}; MetaSchedule measures "
-                             "concrete shapes (build the op with static dims to tune it)")  # fmt: skip
+            raise ValueError(f"tftvm op '{op.name}' cannot be tuned as it is: {why}; MetaSchedule measures "
+                             "concrete shapes: give shapes=[[one shape per input], ...] to tune static "
+                             "variants at them")  # fmt: skip
         schedule = op.compile_options.get("schedule")
         kernels.append((op.name, op.prim_func, schedule if callable(schedule) else None))
     return kernels

@@ -19,18 +19,14 @@ def fold(mod, weights: list[int]):
 
     mod = relax.transform.CanonicalizeBindings()(mod)  # no `lv1 = lv` between conv and multiply
     main = mod["main"]
-    static = {p for i, p in enumerate(main.params) if i in weights}
+    static = weight_derived(main, weights)
     bound, uses = {}, {}
     for block in main.body.blocks:
         for binding in block.bindings:
-            value = binding.value
-            bound[binding.var] = value
-            args = _args(value)
-            for a in args:
+            bound[binding.var] = binding.value
+            for a in _args(binding.value):
                 if isinstance(a, relax.Var):
                     uses[a] = uses.get(a, 0) + 1
-            if isinstance(value, relax.Call) and all(_is_static(a, static) for a in args):
-                static.add(binding.var)
     for v in _vars(main.body.body):
         uses[v] = uses.get(v, 0) + 1
     folds = {}
@@ -44,6 +40,20 @@ def fold(mod, weights: list[int]):
     out = tvm.IRModule(dict(mod.functions))
     out["main"] = mutated
     return relax.transform.DeadCodeElimination(["main"])(out)
+
+
+def weight_derived(func, weights) -> set:
+    """The variables of `func` computed from its params at `weights` and constants alone
+    (those params included)."""
+    from tvm import relax
+
+    static = {p for i, p in enumerate(func.params) if i in weights}
+    for block in func.body.blocks:
+        for binding in block.bindings:
+            value = binding.value
+            if isinstance(value, relax.Call) and all(_is_static(a, static) for a in _args(value)):
+                static.add(binding.var)
+    return static
 
 
 def _args(value) -> list:

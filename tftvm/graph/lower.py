@@ -128,11 +128,13 @@ class RelaxProgram:
         import tensorflow as tf
 
         from ..op import op
-        from . import fold_scales
+        from . import fold_scales, pack_weights
 
         self.name = name
         self.params = list(mod["main"].params)
         mod = fold_scales.fold(mod, sorted(weights))
+        if memoize_weights:
+            mod = pack_weights.pack_prepared(mod, sorted(weights))
         lifted = _lift_weights(mod, sorted(weights)) if weights else None
         if lifted is not None:
             mod, self._runtime, self._weights = lifted

@@ -6,7 +6,9 @@ at a 2 KB stride for 512 channels, and the rest of each row waits for other tile
 When the weights are cold (a model's are: ResNet50's do not fit in cache) that stride
 costs more than the arithmetic. Packed as [C_out / width, KH, KW, C_in, width] with the
 schedule's tile width, each tile streams its weights contiguously. The packing is a
-constant expression, so Relax's FoldConstant does it once, at compile time.
+constant expression, so Relax's FoldConstant does it once, at compile time. Weights that are
+variables held still between calls (enable()'s inference graphs, memoized) are packed by
+`pack_prepared`, in the preparation that runs once.
 """
 from __future__ import annotations
 
@@ -20,29 +22,62 @@ def _conv2d(bb, call):
     import tvm
 
     default = tvm.ir.Op.get("relax.nn.conv2d").get_attr("FLegalize")
-    width = _packable(call)
+    # Weights computed at run time are not packed here: that would be a pass per call.
+    width = _packable(call) if isinstance(call.args[1], tvm.ir.expr.Constant) else None
     if width is None:
         return default(bb, call)
+    return _packed_conv(bb, call, call.args[0], call.args[1], width)
+
+
+def _packed_conv(bb, call, data, weights, width: int):
+    """`call` (a conv2d) as a packing of `weights` and a conv over the packed weights."""
     attrs = call.attrs
-    packed = bb.emit_te(_pack, call.args[1], width, primfunc_name_hint="pack_weights")
+    packed = bb.emit_te(_pack, weights, width, primfunc_name_hint="pack_weights")
     out_dtype = call.ty.dtype  # the attribute's out_dtype, or the data's where that is unset
-    return bb.call_te(_conv2d_packed, call.args[0], packed, [int(s) for s in attrs.strides],
+    return bb.call_te(_conv2d_packed, data, packed, [int(s) for s in attrs.strides],
                       [int(p) for p in attrs.padding], [int(d) for d in attrs.dilation], str(out_dtype),
                       primfunc_name_hint="conv2d")  # fmt: skip
+
+
+def pack_prepared(mod, weights: list[int]):
+    """`mod` with the conv2d whose weights come from main's params at `weights` (and constants)
+    alone legalized over packed weights, the packing a binding of its own: LiftTransformParams
+    then moves it into the weight preparation, so a model whose weights are held still
+    between calls packs them once (memoized), as a frozen model's are packed at compile time."""
+    import tvm
+    from tvm import relax
+
+    from .fold_scales import weight_derived
+
+    main = mod["main"]
+    static = weight_derived(main, weights)
+
+    @relax.expr_functor.mutator
+    class Packer(relax.PyExprMutator):
+        def visit_call_(self, call):
+            if getattr(call.op, "name", "") == "relax.nn.conv2d" and call.args[1] in static and call.args[0] not in static:
+                width = _packable(call)
+                if width is not None:
+                    return _packed_conv(self.builder_, call, self.visit_expr(call.args[0]),
+                                        self.visit_expr(call.args[1]), width)  # fmt: skip
+            return super().visit_call_(call)
+
+    packer = Packer(mod)
+    packed = packer.visit_expr(main)
+    out = tvm.IRModule(dict(packer.builder_.get().functions))
+    out["main"] = packed
+    return out
 
 
 def _packable(call) -> int | None:
     """The tile width to pack `call`'s weights by, or None where TVM's legalization stays.
     (A matmul's weights are not packed: the schedule pads a None batch's rows to whole
     tiles with pad_einsum, which refuses the packed index j // width, j % width.)"""
-    import tvm
     from tvm import tirx
 
     from ..schedule import tile_width, vector_lanes
 
     attrs, weights = call.attrs, call.args[1]
-    if not isinstance(weights, tvm.ir.expr.Constant):
-        return None  # weights computed at run time: packing them would be a pass per call
     if (attrs.data_layout, attrs.kernel_layout, attrs.out_layout) != ("NHWC", "HWIO", "NHWC") or int(attrs.groups) != 1:
         return None
     shape = weights.ty.shape

@@ -1,0 +1,128 @@
+"""An op with symbolic dims that runs static variants at chosen input shapes.
+
+MetaSchedule measures concrete shapes only, so a kernel written for any batch is tuned at
+representative shapes: `tftvm.tune(op, shapes=[...])` specializes the op's PrimFunc at each
+(`PrimFunc.specialize`), tunes those, and returns a `ShapeDispatchOp`: a call whose input
+shapes are one of them (eagerly, or traced with static shapes in a tf.function) runs the
+tuned static variant; any other call runs the general op.
+"""
+from __future__ import annotations
+
+import logging
+
+from .op import TvmOp
+
+log = logging.getLogger(__name__)
+
+
+def specialized(func, shapes, name: str):
+    """`func` (a PrimFunc) with its input buffers given `shapes` (one per input buffer, in
+    order; its outputs follow from them). ValueError naming the input and dim where a shape
+    does not fit the function (wrong rank, a fixed dim that differs, a dim shared by two
+    inputs given two values, a dim that no input sets alone)."""
+    from tvm import tirx
+
+    buffers = [p for p in func.params if isinstance(p.ty, tirx.BufferType)]
+    if len(buffers) != len(func.params):
+        raise ValueError(f"tftvm op '{name}' takes scalar parameters; shapes= specializes buffers only")
+    inputs = buffers[: len(shapes)]
+    if len(shapes) >= len(buffers):
+        raise ValueError(f"tftvm op '{name}': shapes= gives {len(shapes)} input shapes; the op has "
+                         f"{len(buffers)} buffers, outputs included")  # fmt: skip
+    values: dict = {}  # symbolic var -> int
+    for param, shape in zip(inputs, shapes):
+        dims = list(param.ty.shape)
+        shape = tuple(int(d) for d in shape)
+        if len(shape) != len(dims):
+            raise ValueError(f"tftvm op '{name}': input '{param.name}' has rank {len(dims)}, shape {shape} given")
+        for axis, (dim, value) in enumerate(zip(dims, shape)):
+            if isinstance(dim, tirx.Var):
+                if values.setdefault(dim, value) != value:
+                    raise ValueError(f"tftvm op '{name}': dim '{dim}' is {values[dim]} by an earlier input and "
+                                     f"{value} by input '{param.name}' (dim {axis})")  # fmt: skip
+    for param, shape in zip(inputs, shapes):
+        for axis, (dim, value) in enumerate(zip(param.ty.shape, shape)):
+            got = _evaluated(dim, values)
+            if got is None:
+                raise ValueError(f"tftvm op '{name}': dim {axis} of input '{param.name}' ({dim}) is not set by "
+                                 "an input dim of its own; give the op's shapes another way")  # fmt: skip
+            if got != int(value):
+                raise ValueError(f"tftvm op '{name}': dim {axis} of input '{param.name}' is {dim} = {got}, "
+                                 f"shape {tuple(shape)} given")  # fmt: skip
+    static = {p: tirx.decl_buffer(tuple(int(d) for d in s), p.ty.dtype, p.name) for p, s in zip(inputs, shapes)}
+    return func.specialize(static)
+
+
+def _evaluated(dim, values) -> int | None:
+    """`dim` (a TIR expression of symbolic dims) with `values` put in, or None if it stays symbolic."""
+    from tvm import tirx
+    from tvm.sym.analyzer import Analyzer
+
+    analyzer = Analyzer()
+    for var, value in values.items():
+        analyzer.bind(var, value)
+    bound = analyzer.simplify(dim)
+    return int(bound) if isinstance(bound, tirx.IntImm) else None
+
+
+class ShapeDispatchOp:
+    """Call like the general op; calls whose input shapes have a variant run it."""
+
+    def __init__(self, general: TvmOp, variants: dict):
+        self.general = general
+        self.variants = dict(variants)  # tuple of input shapes -> static TvmOp
+        self.name = general.name
+        self.signature = general.signature
+
+    def __call__(self, *args):
+        variant = self.variants.get(_static_shapes(args)) if self.variants else None
+        return (variant or self.general)(*args)
+
+    def kernels(self) -> list:
+        return list(self.variants.values())
+
+    def rebuilt(self, **options) -> ShapeDispatchOp:
+        """The variants compiled again with `options` (database= after tuning); the general
+        op, whose symbolic dims no record fits, stays."""
+        return ShapeDispatchOp(self.general, {s: v.rebuilt(**options) for s, v in self.variants.items()})
+
+    def with_variants(self, shapes_list) -> ShapeDispatchOp:
+        """This op with a static variant (default schedule) for each set of input shapes."""
+        variants = dict(self.variants)
+        for shapes in shapes_list:
+            key = tuple(tuple(int(d) for d in s) for s in shapes)
+            if key not in variants:
+                variants[key] = variant(self.general, key)
+        return ShapeDispatchOp(self.general, variants)
+
+    def __repr__(self) -> str:
+        return f"<tftvm op {self.signature.describe(self.name)}, static at {sorted(self.variants)}>"
+
+
+def variant(op: TvmOp, shapes) -> TvmOp:
+    """`op` compiled for input `shapes` alone."""
+    from . import kernel as kernel_lib
+
+    if op.prim_func is None:
+        raise TypeError(f"tftvm op '{op.name}' was loaded from a library: it has no TVM IR to specialize")
+    n_inputs = len(op.signature.inputs)
+    if len(shapes) != n_inputs:
+        raise ValueError(f"tftvm op '{op.name}' takes {n_inputs} inputs; shapes= gives {len(shapes)} shapes: {shapes}")
+    func = specialized(op.prim_func, shapes, op.name)
+    kernel = kernel_lib.compile_prim_func(func, **op.compile_options)
+    return TvmOp(kernel, op.name, grad=op._tftvm_grad, prim_func=func, compile_options=op.compile_options)
+
+
+def _static_shapes(args):
+    """The inputs' shapes as a tuple of int tuples, or None where one is not fully known
+    (a tf.function traced with a None dim runs the general op)."""
+    shapes = []
+    for a in args:
+        shape = getattr(a, "shape", None)
+        if shape is None:
+            return None
+        dims = tuple(shape) if not hasattr(shape, "as_list") else (tuple(shape.as_list()) if shape.rank is not None else None)
+        if dims is None or any(d is None for d in dims):
+            return None
+        shapes.append(dims)
+    return tuple(shapes)
