@@ -100,6 +100,27 @@ def test_two_servers_share_the_measuring_and_the_tuned_op_is_right(cluster, tmp_
         cluster.measured("server1"), cluster.measured("server2"))  # fmt: skip
     assert (tmp_path / "db" / "database_tuning_record.json").read_text().strip()
     assert_correct(tuned)
+    # The best records were checked on a server too (the default schedule, then the best record).
+    assert sum(cluster.logs[s].read_text().count("tftvm_check_") for s in ("server1", "server2")) >= 2
+
+
+def test_a_wrong_record_is_dropped_by_a_check_on_a_server(cluster, tmp_path, rng):
+    from test_tune import assert_only_the_right_record_is_left, database_with_a_wrong_record
+    from tftvm.records import drop_wrong_records
+
+    cluster.add_server("server1")
+    cluster.wait_for(servers=1)
+    untuned, mod, target = database_with_a_wrong_record(tmp_path)
+    tracker = rpc_runner.parse(cluster.spec)
+    assert drop_wrong_records({"norm_mm": untuned.prim_func}, target, tmp_path, tracker=tracker) == 1
+    assert cluster.logs["server1"].read_text().count("tftvm_check_") == 3  # default, wrong, right
+    assert_only_the_right_record_is_left(tmp_path, mod, rng)
+    # With the server gone the check fails clearly, and drops no record for it.
+    database_with_a_wrong_record(tmp_path / "again")
+    cluster.kill("server1")
+    with pytest.raises(rpc_runner.RPCUnavailableError, match="no server under key"):
+        drop_wrong_records({"norm_mm": untuned.prim_func}, target, tmp_path / "again", tracker=tracker)
+    assert len((tmp_path / "again" / "database_tuning_record.json").read_text().splitlines()) == 2
 
 
 def test_a_server_killed_while_tuning_leaves_the_other_to_finish(cluster, tmp_path, monkeypatch):

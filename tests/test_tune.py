@@ -207,11 +207,13 @@ def normalized_matmul():
     return [A, V], te.compute((4, 16), lambda i, j: te.sum(A[i, rv] / S[i] * V[rv, j], axis=rv), name="O")
 
 
-def test_a_record_that_computes_wrong_results_is_dropped(tmp_path, rng):
+def database_with_a_wrong_record(path):
+    """A database at `path` whose fastest record for a normalized matmul computes wrong
+    results: (the untuned op, its workload module, the target)."""
     from tvm import s_tir
     from tvm.s_tir import meta_schedule as ms
     from tftvm.kernel import resolve_target
-    from tftvm.records import drop_wrong_records, workload
+    from tftvm.records import workload
     from tftvm.schedule import default_cpu_trace
 
     untuned = tftvm.op(*normalized_matmul(), name="norm_mm")
@@ -222,11 +224,30 @@ def test_a_record_that_computes_wrong_results_is_dropped(tmp_path, rng):
     i, j, r = wrong.get_loops(wrong.get_sblock("O"))
     wrong.compute_at(wrong.get_sblock("row_sum"), r)
     wrong.decompose_reduction(wrong.get_sblock("row_sum"), wrong.get_loops(wrong.get_sblock("row_sum"))[2])
-    db = ms.database.JSONDatabase(work_dir=str(tmp_path))
+    path.mkdir(parents=True, exist_ok=True)
+    db = ms.database.JSONDatabase(work_dir=str(path))
     entry, args = db.commit_workload(mod), ms.arg_info.ArgInfo.from_prim_func(mod["main"])
     db.commit_tuning_record(ms.database.TuningRecord(wrong.trace, entry, [1e-6], target, args))  # "fastest"
     db.commit_tuning_record(ms.database.TuningRecord(default_cpu_trace(mod).trace, entry, [1e-3], target, args))
+    return untuned, mod, target
 
+
+def assert_only_the_right_record_is_left(path, mod, rng):
+    from tvm.s_tir import meta_schedule as ms
+    from tftvm.schedule import default_cpu_trace
+
+    records = ms.database.JSONDatabase(work_dir=str(path), allow_missing=False).get_all_tuning_records()
+    assert [str(r.trace) for r in records] == [str(default_cpu_trace(mod).trace)]
+    a = rng.random((4, 8)).astype(np.float32) + 0.5
+    v = rng.standard_normal((8, 16)).astype(np.float32)
+    checked = tftvm.op(*normalized_matmul(), name="norm_mm", database=path)
+    np.testing.assert_allclose(checked(a, v).numpy(), (a / a.sum(axis=1, keepdims=True)) @ v, rtol=1e-5, atol=1e-5)
+
+
+def test_a_record_that_computes_wrong_results_is_dropped(tmp_path, rng):
+    from tftvm.records import drop_wrong_records
+
+    untuned, mod, target = database_with_a_wrong_record(tmp_path)
     a = rng.random((4, 8)).astype(np.float32) + 0.5
     v = rng.standard_normal((8, 16)).astype(np.float32)
     expected = (a / a.sum(axis=1, keepdims=True)) @ v
@@ -234,10 +255,7 @@ def test_a_record_that_computes_wrong_results_is_dropped(tmp_path, rng):
     assert not np.allclose(trusting(a, v).numpy(), expected, atol=1e-3), "TVM no longer miscompiles this"
 
     assert drop_wrong_records({"norm_mm": untuned.prim_func}, target, tmp_path) == 1
-    records = ms.database.JSONDatabase(work_dir=str(tmp_path), allow_missing=False).get_all_tuning_records()
-    assert [str(r.trace) for r in records] == [str(default_cpu_trace(mod).trace)]
-    checked = tftvm.op(*normalized_matmul(), name="norm_mm", database=tmp_path)
-    np.testing.assert_allclose(checked(a, v).numpy(), expected, rtol=1e-5, atol=1e-5)
+    assert_only_the_right_record_is_left(tmp_path, mod, rng)
     assert drop_wrong_records({"norm_mm": untuned.prim_func}, target, tmp_path) == 0  # nothing left to drop
 
 
@@ -303,7 +321,7 @@ def test_compiled_model_is_tuned_at_concrete_shapes(tmp_path, rng):
     assert static.tuned_kernels == program.kernels and not static.statics
     again = tftvm.compile_model(model, signature, database=tmp_path / "db", specialize=[(1, 6, 6, 3), (2, 6, 6, 3)])
     assert [p.tuned for p in again.statics.values()] == [program.kernels, 0]
-    with pytest.raises(TypeError, match="shapes= is for tftvm.compile_model results"):
+    with pytest.raises(ValueError, match=r"shapes= takes sets of input shapes, one shape per input.*\(8, 8\)"):
         tftvm.tune(tftvm.op(*matmul(8), name="shapes_mm"), trials=1, database=tmp_path, shapes=[(8, 8)])
     with pytest.raises(ValueError, match=r"shapes: shape \(1, 5, 6, 3\) does not fit input 0"):
         tftvm.tune(compiled, trials=1, database=tmp_path, shapes=[(1, 5, 6, 3)])

@@ -10,6 +10,7 @@ the default schedule on random inputs and removes any that disagree.
 """
 from __future__ import annotations
 
+import itertools
 import logging
 import os
 import tempfile
@@ -81,9 +82,12 @@ def _target_key(target) -> str:
     return json.dumps(config, sort_keys=True, default=str)
 
 
-def drop_wrong_records(funcs: dict, target, path: Path, seed: int = 0) -> int:
+def drop_wrong_records(funcs: dict, target, path: Path, seed: int = 0, tracker=None) -> int:
     """For each PrimFunc, check its records fastest first against the default schedule
-    until one agrees; remove the ones that did not from the database. Returns how many."""
+    until one agrees; remove the ones that did not from the database. Returns how many.
+    `tracker` (rpc_runner.Tracker): the kernels run on its servers instead of here (they
+    run the target's code; this machine may not); a tracker without servers is an
+    RPCUnavailableError, not a wrong record."""
     from tvm.s_tir import meta_schedule as ms
 
     from .schedule import default_cpu_schedule
@@ -96,9 +100,10 @@ def drop_wrong_records(funcs: dict, target, path: Path, seed: int = 0) -> int:
         if not records:
             continue
         args = _random_args(func, np.random.default_rng(seed))
-        expected = _run(default_cpu_schedule(mod), target, args)
+        run = _Runner(target, tracker)
+        expected = run(default_cpu_schedule(mod), args)
         for rank, record in enumerate(records):
-            why = _disagreement(_scheduled(mod, record), target, args, expected)
+            why = _disagreement(run, _scheduled(mod, record), args, expected)
             if why is None:
                 log.info("%s: best record checked against the default schedule (%d wrong before it)", name, rank)
                 break
@@ -148,18 +153,53 @@ def _numpy_dtype(name: str) -> np.dtype:
         return np.dtype(getattr(ml_dtypes, name))
 
 
-def _run(mod, target, args) -> list[np.ndarray]:
+class _Runner:
+    """Runs a module's main on copies of some arrays and returns every buffer after it: here,
+    or on a server of `tracker` (one session per runner, a new one after a failure)."""
+
+    def __init__(self, target, tracker=None):
+        self.target, self.tracker, self._session = target, tracker, None
+
+    def __call__(self, mod, args) -> list[np.ndarray]:
+        import tvm
+
+        executable = tvm.compile(mod, target=self.target)
+        if self.tracker is None:
+            return _ran(executable["main"], tvm.cpu(), args)
+        try:
+            if self._session is None:
+                self._session = self.tracker.session()
+            session = self._session
+            with tempfile.TemporaryDirectory() as tmp:
+                name = f"tftvm_check_{os.getpid()}_{next(_uploads)}.so"
+                executable.export_library(os.path.join(tmp, name))
+                session.upload(os.path.join(tmp, name))
+            return _ran(session.load_module(name)["main"], session.cpu(), args)
+        except Exception:
+            self._session = None
+            self.tracker.servers()  # RPCUnavailableError where the servers are gone: no verdict on the kernel
+            raise  # the kernel, or its session, failed on a server still there
+
+
+def _ran(kernel, device, args) -> list[np.ndarray]:
     import tvm
 
-    tensors = [tvm.runtime.tensor(a.copy()) for a in args]
-    tvm.compile(mod, target=target)["main"](*tensors)
+    tensors = [tvm.runtime.tensor(a.copy(), device=device) for a in args]
+    kernel(*tensors)
     return [t.numpy() for t in tensors]
 
 
-def _disagreement(mod, target, args, expected) -> str | None:
+_uploads = itertools.count()
+
+
+def _disagreement(run, mod, args, expected) -> str | None:
     """Why the scheduled module's results differ from `expected`, or None."""
+    from .rpc_runner import RPCUnavailableError
+
     try:
-        got = _run(mod, target, args)
+        got = run(mod, args)
+    except RPCUnavailableError:
+        raise
     except Exception as err:  # a record whose trace no longer applies or builds is no good either
         return f"it does not build or run: {str(err).strip().splitlines()[-1] if str(err).strip() else err!r}"
     for index, (g, e) in enumerate(zip(got, expected)):

@@ -18,6 +18,7 @@ log = logging.getLogger(__name__)
 RPC_ENV = "TFTVM_RPC"
 # Seconds a candidate may take on a server, its upload and the wait for a free server included.
 SESSION_TIMEOUT = 60
+CHECK_SESSION_TIMEOUT = 600
 
 
 class RPCUnavailableError(RuntimeError):
@@ -60,6 +61,21 @@ class Tracker:
                                      session_timeout_sec=SESSION_TIMEOUT)  # fmt: skip
 
         return ms.runner.RPCRunner(rpc_config=config, f_create_session=_create_session, max_workers=servers)
+
+
+    def session(self):
+        """A session on one of the key's servers (the records' correctness check: one kernel's
+        default schedule and records, built here while the session waits)."""
+        from tvm.s_tir import meta_schedule as ms
+
+        self.servers()
+        config = ms.runner.RPCConfig(tracker_host=self.host, tracker_port=self.port, tracker_key=self.key,
+                                     session_timeout_sec=CHECK_SESSION_TIMEOUT)  # fmt: skip
+        try:
+            return _create_session(config)
+        except Exception as err:  # TVM's RuntimeError: the server went, or the tracker did
+            raise RPCUnavailableError(f"no session on a server under key '{self.key}' at {self.host}:{self.port}: "
+                                      f"{str(err).strip().splitlines()[-1] if str(err).strip() else err!r}") from None
 
 
 def _session_functions():

@@ -90,6 +90,9 @@ class ShapeDispatchOp:
         """This op with a static variant (default schedule) for each set of input shapes."""
         variants = dict(self.variants)
         for shapes in shapes_list:
+            if not (isinstance(shapes, (list, tuple)) and all(isinstance(s, (list, tuple)) for s in shapes)):
+                raise ValueError(f"tftvm op '{self.name}': shapes= takes sets of input shapes, one shape per "
+                                 f"input, e.g. [[(16, 32), (32, 24)]]; got the set {shapes!r}")  # fmt: skip
             key = tuple(tuple(int(d) for d in s) for s in shapes)
             if key not in variants:
                 variants[key] = variant(self.general, key)

@@ -71,7 +71,8 @@ def tune(target_obj, *, trials: int = 64, database=None, seed: int | None = None
     $TFTVM_RPC): candidates are built here and measured on the servers registered under KEY
     with that TVM RPC tracker (see tftvm.rpc_runner), one at a time per server; without it,
     on this machine. Before returning, the best records are checked against the default
-    schedule on random inputs, here, and wrong ones removed (see tftvm.records).
+    schedule on random inputs (where they were measured: here, or on one of the servers)
+    and wrong ones removed (see tftvm.records).
     """
     from .compiled_model import CompiledModel
     from .graph.adaptive import AdaptiveOptimized
@@ -124,7 +125,12 @@ def tune(target_obj, *, trials: int = 64, database=None, seed: int | None = None
         return target_obj
     path.mkdir(parents=True, exist_ok=True)
     _run_search(tasks, own_schedules, weights, compile_target, path, trials, seed, time_budget, progress, tracker)
-    dropped = drop_wrong_records(tasks, compile_target, path)
+    try:  # checked where the records were measured: the servers run their target's code
+        dropped = drop_wrong_records(tasks, compile_target, path, tracker=tracker)
+    except rpc_runner.RPCUnavailableError as err:
+        raise rpc_runner.RPCUnavailableError(f"{err}. The records measured are in {path} but not checked against "
+                                             "the default schedule yet: tune again (trials=1 will do) once a server "
+                                             "is back, before building with them") from None  # fmt: skip
     if dropped:
         log.warning("dropped %d tuning records whose kernels computed wrong results", dropped)
     return rebuild(database=path)
