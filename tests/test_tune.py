@@ -89,8 +89,8 @@ def symbolic_matmul():
 
 
 def test_an_op_with_symbolic_dims_is_tuned_at_the_shapes_given(tmp_path, rng, caplog, monkeypatch):
-    """Static variants at the shapes given are tuned; calls at those shapes run them (eagerly
-    and traced static), others the general op; all match NumPy."""
+    """Static variants at the shapes given are tuned; calls at those shapes run them, others
+    the general op; all match NumPy."""
     import tensorflow as tf
 
     op = symbolic_matmul()
@@ -100,23 +100,40 @@ def test_an_op_with_symbolic_dims_is_tuned_at_the_shapes_given(tmp_path, rng, ca
     assert isinstance(tuned, tftvm.ShapeDispatchOp)
     assert sorted(tuned.variants) == [((8, 32), (32, 24)), ((16, 32), (32, 24))]
     assert caplog.text.count("using its tuned schedule") == 2
+    # A variant more (what tune(tuned, shapes=...) starts from), untuned.
+    more = tuned.with_variants([[(4, 32), (32, 24)]])
+    assert len(more.variants) == 3 and more.variants[((8, 32), (32, 24))] is tuned.variants[((8, 32), (32, 24))]
+    a, b = rng.standard_normal((4, 32)).astype(np.float32), rng.standard_normal((32, 24)).astype(np.float32)
+    np.testing.assert_allclose(more(a, b).numpy(), a @ b, rtol=1e-4, atol=1e-4)
     calls = []  # which op each call runs
     call = tftvm.TvmOp.__call__
     monkeypatch.setattr(tftvm.TvmOp, "__call__", lambda self, *a: (calls.append(self), call(self, *a))[1])
+    traced = tf.function(lambda a, b: tuned(a, b), input_signature=[tf.TensorSpec([None, 32]), tf.TensorSpec([32, 24])])
     for rows, want in ((16, "variant"), (8, "variant"), (5, "general")):
         a, b = rng.standard_normal((rows, 32)).astype(np.float32), rng.standard_normal((32, 24)).astype(np.float32)
         calls.clear()
         np.testing.assert_allclose(tuned(a, b).numpy(), a @ b, rtol=1e-4, atol=1e-4)
         assert (calls[0] is not tuned.general) == (want == "variant"), rows
-        traced = tf.function(lambda a, b: tuned(a, b), input_signature=[tf.TensorSpec([None, 32]), tf.TensorSpec([32, 24])])
-        calls.clear()
-        np.testing.assert_allclose(traced(a, b).numpy(), a @ b, rtol=1e-4, atol=1e-4)
-        assert calls == [tuned.general]  # a None dim at trace time: the general op
-    # Tuned again: the variants it has are tuned further, a new shape added.
-    again = tftvm.tune(tuned, shapes=[[(4, 32), (32, 24)]], trials=3, database=tmp_path / "db", seed=0)
-    assert len(again.variants) == 3
-    a, b = rng.standard_normal((4, 32)).astype(np.float32), rng.standard_normal((32, 24)).astype(np.float32)
-    np.testing.assert_allclose(again(a, b).numpy(), a @ b, rtol=1e-4, atol=1e-4)
+        np.testing.assert_allclose(traced(a, b).numpy(), a @ b, rtol=1e-4, atol=1e-4)  # chosen in the graph
+
+
+def test_a_graph_traced_with_a_none_dim_chooses_the_variant_per_call(rng):
+    """A ShapeDispatchOp whose "variant" computes something else, to see which one ran: a
+    tf.function traced with a None dim runs it exactly for calls at its shapes (empty inputs
+    included); eager calls and static traces choose the same way."""
+    import tensorflow as tf
+
+    n = te.var("n")
+    A = te.placeholder((n, 4), name="A")
+    double = tftvm.op([A], [te.compute((n, 4), lambda i, j: A[i, j] * 2.0, name="B")], name="double")
+    triple = tftvm.op([A], [te.compute((n, 4), lambda i, j: A[i, j] * 3.0, name="B")], name="triple")
+    dispatch = tftvm.ShapeDispatchOp(double, {((3, 4),): triple})
+    traced = tf.function(lambda a: dispatch(a), input_signature=[tf.TensorSpec([None, 4])])
+    for rows, factor in ((3, 3.0), (5, 2.0), (0, 2.0)):
+        a = rng.standard_normal((rows, 4)).astype(np.float32)
+        np.testing.assert_allclose(traced(a).numpy(), a * factor, rtol=1e-6)
+        np.testing.assert_allclose(dispatch(a).numpy(), a * factor, rtol=1e-6)
+        np.testing.assert_allclose(tf.function(lambda a: dispatch(a))(a).numpy(), a * factor, rtol=1e-6)
 
 
 def test_shapes_that_do_not_fit_the_op_are_clear_errors(tmp_path):

@@ -3,12 +3,15 @@
 MetaSchedule measures concrete shapes only, so a kernel written for any batch is tuned at
 representative shapes: `tftvm.tune(op, shapes=[...])` specializes the op's PrimFunc at each
 (`PrimFunc.specialize`), tunes those, and returns a `ShapeDispatchOp`: a call whose input
-shapes are one of them (eagerly, or traced with static shapes in a tf.function) runs the
-tuned static variant; any other call runs the general op.
+shapes are one of them runs the tuned static variant, any other call the general op. Eager
+calls and calls traced with static shapes choose when called; traced with a dim unknown (a
+serving signature's None batch), the graph chooses per call (a tf.cond on the shapes).
 """
 from __future__ import annotations
 
 import logging
+
+import tensorflow as tf
 
 from .op import TvmOp
 
@@ -75,8 +78,25 @@ class ShapeDispatchOp:
         self.signature = general.signature
 
     def __call__(self, *args):
-        variant = self.variants.get(_static_shapes(args)) if self.variants else None
+        shapes = _static_shapes(args)
+        if shapes is None and self.variants and not tf.executing_eagerly():
+            return self._switch(args)
+        variant = self.variants.get(shapes) if self.variants else None
         return (variant or self.general)(*args)
+
+    def _switch(self, args):
+        """Traced with dims unknown (a None batch): a tf.cond per variant whose shapes the
+        inputs may have, on their shapes at run time; the general op where none matches."""
+        tensors = [self.general._tftvm_check(a, i) for i, a in enumerate(args)]
+        call = lambda op: lambda: op(*tensors)  # noqa: E731
+        branch = call(self.general)
+        for shapes, variant in self.variants.items():
+            if not all(t.shape.is_compatible_with(s) for t, s in zip(tensors, shapes)):
+                continue  # a fixed dim or the rank rules it out when traced
+            matches = tf.reduce_all([tf.reduce_all(tf.equal(tf.shape(t, out_type=tf.int64), s))
+                                     for t, s in zip(tensors, shapes)])  # fmt: skip
+            branch = (lambda m, then, other: lambda: tf.cond(m, then, other))(matches, call(variant), branch)
+        return branch()
 
     def kernels(self) -> list:
         return list(self.variants.values())
