@@ -4,7 +4,7 @@ import pytest
 import tensorflow as tf
 import tftvm
 import tvm
-from tftvm.schedule import default_cpu_schedule, default_cpu_trace
+from tftvm.schedule import default_cpu_schedule, default_cpu_trace, vector_lanes
 from tvm import te
 
 
@@ -220,3 +220,42 @@ def test_a_conv_of_11_channels_runs_in_one_tile_of_all_its_columns(rng):
     xv = rng.standard_normal((1, 66, 66, 16)).astype(np.float32)
     wv = rng.standard_normal((3, 3, 16, 11)).astype(np.float32)
     np.testing.assert_allclose(op(xv, wv).numpy(), tf.nn.conv2d(xv, wv, 1, "VALID").numpy(), rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.parametrize("shape, axes, vectorized", [
+    ((8, 16, 96), (0, 1), True),   # a bias gradient: 96 columns, rows of 8 x 16
+    ((33, 48), (0,), True),        # odd row count
+    ((6, 30), (0,), False),        # 30 columns: no vector width divides them, left as it was
+])  # fmt: skip
+def test_a_sum_over_outer_axes_adds_whole_rows_as_vectors(shape, axes, vectorized, rng):
+    """A reduction over the outer axes (the bias gradient of a dense layer) adds each input
+    row's contiguous values to a vector of outputs, not one output at a time down a column."""
+    from tvm import topi
+
+    x = te.placeholder(shape, name="x")
+    for name, out, reference in [("sum", topi.sum(x, axis=list(axes)), tf.reduce_sum),
+                                 ("max", topi.max(x, axis=list(axes)), tf.reduce_max)]:  # fmt: skip
+        script = default_cpu_schedule(tvm.IRModule({"f": te.create_prim_func([x, out])})).script()
+        assert ("_update" in script and "T.vectorized" in script) == vectorized, script
+        op = tftvm.op([x], [out], name=f"sched_columns_{name}_{'x'.join(map(str, shape))}")
+        xv = rng.standard_normal(shape).astype(np.float32)
+        np.testing.assert_allclose(op(xv).numpy(), reference(xv, axis=axes).numpy(), rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.parametrize("shape, perm, tiled", [
+    ((64, 48), (1, 0), True),         # a matmul gradient's transposed operand
+    ((2, 32, 48), (0, 2, 1), True),   # per batch
+    ((32, 8, 32), (2, 1, 0), True),   # the middle axis stays between the tiled ones
+    ((20, 30), (1, 0), False),        # no whole vectors either way: the plain loop
+])  # fmt: skip
+def test_a_transpose_runs_in_square_tiles(shape, perm, tiled, rng):
+    from tvm import topi
+
+    x = te.placeholder(shape, name="x")
+    out = topi.transpose(x, list(perm))
+    script = default_cpu_schedule(tvm.IRModule({"f": te.create_prim_func([x, out])})).script()
+    lanes = vector_lanes("float32")
+    assert (script.count(f" * {lanes} + ") >= 2) == tiled, script  # both axes split by the vector width
+    op = tftvm.op([x], [out], name=f"sched_transpose_{'x'.join(map(str, shape))}")
+    xv = rng.standard_normal(shape).astype(np.float32)
+    np.testing.assert_array_equal(op(xv).numpy(), np.transpose(xv, perm))

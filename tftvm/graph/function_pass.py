@@ -79,8 +79,9 @@ def _rewrite(graph_def_bytes, function_def, options):
     kept = {n: "a control output of the function" for n in function_def.control_ret.values()}
     # Loop and branch bodies (an RNN's time step) first, as optimize does: the While stays a
     # TF node calling an optimized body function, which TF then lowers into the graph.
-    if _updates_variables(graph_def):
+    if _updates_variables(graph_def):  # a training step: TVM stays where it clearly wins
         in_loops = dict(options, tvm_must_win_by=measure.TRAINING_LOOP_MARGIN)
+        options = dict(options, tvm_must_win_by=measure.TRAINING_STEP_MARGIN)
     else:  # an inference graph: its variables hold still between calls
         options = in_loops = dict(options, memoize_weights=True)
     frozen, bodies = control_flow.optimize_bodies(frozen, lambda body: offload(body, **in_loops))

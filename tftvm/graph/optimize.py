@@ -243,7 +243,7 @@ def _keep_faster(step, frozen, reasons, tvm_must_win_by=None) -> None:
             log.info("cluster %d stays in TF: TVM is not %.2fx as fast (%s)", step.index, tvm_must_win_by, times)
             step.program = None
             for n in step.nodes:
-                reasons[n.name] = f"TVM is not {tvm_must_win_by:.2f}x as fast as TF in a loop body ({times})"
+                reasons[n.name] = f"TVM is not {tvm_must_win_by:.2f}x as fast as TF, as a training step asks ({times})"
         return
     step.switch = measure.size_switch(step, frozen, graph_def, dynamic)
     if step.switch is not None:
