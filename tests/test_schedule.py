@@ -259,3 +259,21 @@ def test_a_transpose_runs_in_square_tiles(shape, perm, tiled, rng):
     op = tftvm.op([x], [out], name=f"sched_transpose_{'x'.join(map(str, shape))}")
     xv = rng.standard_normal(shape).astype(np.float32)
     np.testing.assert_array_equal(op(xv).numpy(), np.transpose(xv, perm))
+
+
+@pytest.mark.parametrize("m, n, k, copied", [
+    (512, 256, 64, True),   # a dense layer's input gradient, dY·Wᵀ: Wᵀ copied, then register tiles
+    (64, 48, 32, False),    # small: dot products along the contiguous rows, as Q·Kᵀ
+])  # fmt: skip
+def test_a_large_matmul_with_b_transposed_copies_b_once(m, n, k, copied, rng):
+    A = te.placeholder((m, k), name="A")
+    B = te.placeholder((n, k), name="B")
+    r = te.reduce_axis((0, k), name="r")
+    C = te.compute((m, n), lambda i, j: te.sum(A[i, r] * B[j, r], axis=r), name="C")
+    script = scheduled_script(A, B, C)
+    assert ("B_global" in script) == copied, script
+    op = tftvm.op([A, B], [C], name=f"sched_abt_{m}x{n}x{k}")
+    av = rng.standard_normal((m, k)).astype(np.float32)
+    bv = rng.standard_normal((n, k)).astype(np.float32)
+    np.testing.assert_allclose(op(av, bv).numpy(), tf.linalg.matmul(av, bv, transpose_b=True).numpy(),
+                               rtol=1e-4, atol=1e-4)  # fmt: skip
