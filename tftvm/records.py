@@ -194,14 +194,14 @@ _uploads = itertools.count()
 
 def _disagreement(run, mod, args, expected) -> str | None:
     """Why the scheduled module's results differ from `expected`, or None."""
-    from .rpc_runner import RPCUnavailableError
+    from .rpc_runner import RPCUnavailableError, last_line
 
     try:
         got = run(mod, args)
     except RPCUnavailableError:
         raise
     except Exception as err:  # a record whose trace no longer applies or builds is no good either
-        return f"it does not build or run: {str(err).strip().splitlines()[-1] if str(err).strip() else err!r}"
+        return f"it does not build or run: {last_line(err)}"
     for index, (g, e) in enumerate(zip(got, expected)):
         if not _close(g, e):
             with np.errstate(invalid="ignore"):

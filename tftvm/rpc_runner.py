@@ -57,25 +57,30 @@ class Tracker:
 
         servers = self.servers()
         log.info("measuring on %d RPC server(s) under key '%s' at %s:%d", servers, self.key, self.host, self.port)
-        config = ms.runner.RPCConfig(tracker_host=self.host, tracker_port=self.port, tracker_key=self.key,
-                                     session_timeout_sec=SESSION_TIMEOUT)  # fmt: skip
-
-        return ms.runner.RPCRunner(rpc_config=config, f_create_session=_create_session, max_workers=servers)
-
+        return ms.runner.RPCRunner(rpc_config=self._config(SESSION_TIMEOUT), f_create_session=_create_session,
+                                   max_workers=servers)  # fmt: skip
 
     def session(self):
         """A session on one of the key's servers (the records' correctness check: one kernel's
         default schedule and records, built here while the session waits)."""
-        from tvm.s_tir import meta_schedule as ms
-
         self.servers()
-        config = ms.runner.RPCConfig(tracker_host=self.host, tracker_port=self.port, tracker_key=self.key,
-                                     session_timeout_sec=CHECK_SESSION_TIMEOUT)  # fmt: skip
         try:
-            return _create_session(config)
+            return _create_session(self._config(CHECK_SESSION_TIMEOUT))
         except Exception as err:  # TVM's RuntimeError: the server went, or the tracker did
             raise RPCUnavailableError(f"no session on a server under key '{self.key}' at {self.host}:{self.port}: "
-                                      f"{str(err).strip().splitlines()[-1] if str(err).strip() else err!r}") from None
+                                      f"{last_line(err)}") from None
+
+    def _config(self, timeout: int):
+        from tvm.s_tir import meta_schedule as ms
+
+        return ms.runner.RPCConfig(tracker_host=self.host, tracker_port=self.port, tracker_key=self.key,
+                                   session_timeout_sec=timeout)  # fmt: skip
+
+
+def last_line(err: Exception) -> str:
+    """The last line of an error's message (TVM's carry a C++ traceback before it)."""
+    text = str(err).strip()
+    return text.splitlines()[-1] if text else repr(err)
 
 
 def _session_functions():

@@ -134,10 +134,11 @@ def _schedule_block(sch, block) -> None:
         return
     lanes = vector_lanes(_write_dtype(stmt))
     parallel = sch.parallel if _iterations(sch, loops) >= PARALLEL_MIN_ITERATIONS else lambda loop: None
-    if _tileable_reduction(sch, stmt, loops, spatial, lanes) and _columns_contiguous(stmt, spatial):
+    tileable = _tileable_reduction(sch, stmt, loops, spatial, lanes)
+    if tileable and _columns_contiguous(stmt, spatial):
         _tile_reduction(sch, block, loops, spatial, lanes, parallel)
         return
-    if _tileable_reduction(sch, stmt, loops, spatial, lanes) and (b := _transposed_operand(sch, stmt, loops)) is not None:
+    if tileable and (b := _transposed_operand(sch, stmt, loops)) is not None:
         # A·Bᵀ of a dense layer's gradient (dY·Wᵀ): B copied transposed once per call (a few
         # tens of µs), then register tiles as for A·B. As dot products it ran at 51 GFLOP/s, so
         # 68-107 (4096 x 512 x 128, 4096 x 128 x 512).
@@ -288,7 +289,7 @@ def _transposed_operand(sch, stmt, loops) -> int | None:
     rows, cols, depth = (int(e) for e in extents)
     if rows * cols < TRANSPOSE_MIN_OUTPUTS or depth < TILE_ROWS:
         return None
-    i, j, k = (iv.var for iv in stmt.iter_vars)
+    _, j, k = (iv.var for iv in stmt.iter_vars)
     for index, read in enumerate(stmt.reads):
         region = [r.min for r in read.region]
         if len(region) == 2 and region[0].same_as(j) and region[1].same_as(k):

@@ -9,13 +9,9 @@ serving signature's None batch), the graph chooses per call (a tf.cond on the sh
 """
 from __future__ import annotations
 
-import logging
-
 import tensorflow as tf
 
 from .op import TvmOp
-
-log = logging.getLogger(__name__)
 
 
 def specialized(func, shapes, name: str):
@@ -28,10 +24,7 @@ def specialized(func, shapes, name: str):
     buffers = [p for p in func.params if isinstance(p.ty, tirx.BufferType)]
     if len(buffers) != len(func.params):
         raise ValueError(f"tftvm op '{name}' takes scalar parameters; shapes= specializes buffers only")
-    inputs = buffers[: len(shapes)]
-    if len(shapes) >= len(buffers):
-        raise ValueError(f"tftvm op '{name}': shapes= gives {len(shapes)} input shapes; the op has "
-                         f"{len(buffers)} buffers, outputs included")  # fmt: skip
+    inputs = buffers[: len(shapes)]  # the caller (variant) checked there is one shape per input
     values: dict = {}  # symbolic var -> int
     for param, shape in zip(inputs, shapes):
         dims = list(param.ty.shape)
@@ -81,8 +74,7 @@ class ShapeDispatchOp:
         shapes = _static_shapes(args)
         if shapes is None and self.variants and not tf.executing_eagerly():
             return self._switch(args)
-        variant = self.variants.get(shapes) if self.variants else None
-        return (variant or self.general)(*args)
+        return self.variants.get(shapes, self.general)(*args)
 
     def _switch(self, args):
         """Traced with dims unknown (a None batch): a tf.cond per variant whose shapes the
@@ -138,14 +130,11 @@ def variant(op: TvmOp, shapes) -> TvmOp:
 
 def _static_shapes(args):
     """The inputs' shapes as a tuple of int tuples, or None where one is not fully known
-    (a tf.function traced with a None dim runs the general op)."""
+    (traced with a None dim: the graph chooses, see _switch)."""
     shapes = []
     for a in args:
         shape = getattr(a, "shape", None)
-        if shape is None:
+        if shape is None or not tf.TensorShape(shape).is_fully_defined():
             return None
-        dims = tuple(shape) if not hasattr(shape, "as_list") else (tuple(shape.as_list()) if shape.rank is not None else None)
-        if dims is None or any(d is None for d in dims):
-            return None
-        shapes.append(dims)
+        shapes.append(tuple(tf.TensorShape(shape).as_list()))
     return tuple(shapes)
