@@ -156,7 +156,7 @@ def test_in_a_training_step_loop_bodies_need_a_clear_win_to_leave_tf(rng, monkey
     from tftvm.graph import measure
 
     monkeypatch.setattr(measure, "time_both", lambda *args: measure.Timing(1.0e-3, 1.2e-3))
-    monkeypatch.setattr(measure, "_read", lambda key: None)
+    monkeypatch.setattr(measure, "_read", lambda key: [])
     x = rng.integers(0, 50, (16, 6)).astype(np.int32)
     y = rng.standard_normal((16, 4)).astype(np.float32)
     keras.utils.set_random_seed(5)
@@ -181,7 +181,7 @@ def test_a_training_step_keeps_tvm_only_where_it_clearly_wins(rng, monkeypatch):
     cluster flatters TVM (see measure.TRAINING_STEP_MARGIN)."""
     from tftvm.graph import measure
 
-    monkeypatch.setattr(measure, "_read", lambda key: None)
+    monkeypatch.setattr(measure, "_read", lambda key: [])
     x = rng.standard_normal((16, 8)).astype(np.float32)
     y = rng.standard_normal((16, 4)).astype(np.float32)
     for tf_ms, trains_in_tvm in ((1.05, False), (1.15, True)):
