@@ -191,6 +191,32 @@ def test_shape_value_as_cluster_output_is_unsupported():
         to_relax(nodes, inputs, outputs)
 
 
+NAN_CASES = {
+    "Relu": (tf.nn.relu, 1),
+    "Relu6": (tf.nn.relu6, 1),
+    "Maximum": (tf.maximum, 2),  # a NaN in either operand
+    "Minimum": (tf.minimum, 2),
+    "Max": (lambda x: tf.reduce_max(x, axis=-1), 1),
+    "Min": (lambda x: tf.reduce_min(x, axis=0), 1),
+}
+
+
+@pytest.mark.parametrize("op_type", sorted(NAN_CASES))
+def test_nans_come_out_where_tf_gives_them(op_type, rng):
+    """TVM lowers max(a, b) to `a > b ? a : b`: ReLU(NaN) was 0, ReLU6(NaN) 6, a row max
+    skipped its NaN. TF passes NaNs on (a diverged model stays visibly NaN); so must we.
+    (Not ClipByValue: TF's own gives NaN for a NaN in its scalar loop and a bound in its
+    vector loop; ours gives NaN. tf.clip_by_value emits Minimum and Maximum.)"""
+    fn, arity = NAN_CASES[op_type]
+    values = np.array([np.nan, -2.0, 0.5, 7.0, np.inf, -np.inf], F)
+    feeds = []
+    for _ in range(3):
+        feeds.append([rng.choice(values, (4, 6)).astype(F) for _ in range(arity)])
+    assert any(np.isnan(feed[-1]).any() for feed in feeds) and any(np.isnan(feed[0]).any() for feed in feeds)
+    program = check_converter(fn, [tf.TensorSpec((4, 6), F)] * arity, feeds, op_type)  # NaNs where TF's are
+    assert all(np.isnan(program(*feed).numpy()).any() for feed in feeds if np.isnan(feed[0]).any())
+
+
 def test_table_covers_every_case():
     assert {c.split("/")[0] for c in CASES} <= set(CONVERTERS)
 

@@ -114,6 +114,29 @@ def test_keras_predict_matches_without_the_pass(rng):
     assert "one_step_on_data" in tftvm.enabled_report()
 
 
+def test_keras_evaluate_gives_the_same_loss_and_metrics_with_its_compute_in_tvm(rng):
+    """evaluate's step updates its metrics' variables (AssignAddVariableOp: they stay in TF)
+    while the model's forward pass and the loss run in TVM."""
+    x = rng.standard_normal((64, 32)).astype(np.float32)
+    y = rng.standard_normal((64, 4)).astype(np.float32)
+
+    def evaluate():
+        model = mlp()
+        model.compile(loss="mse", metrics=["mae"])
+        return model.evaluate(x, y, batch_size=16, verbose=0, return_dict=True)
+
+    want = evaluate()
+    before = len(enable_pass.rewrites())
+    with tftvm.enabled(**OPTIONS):
+        got = evaluate()
+    assert sorted(got) == sorted(want) == ["loss", "mae"]
+    for name in want:
+        np.testing.assert_allclose(got[name], want[name], rtol=1e-5)
+    (step,) = [r for r in enable_pass.rewrites()[before:] if "multi_step_on_iterator" in r.function]
+    assert step.offloaded > 0 and "MatMul x3" in step.report, step.report
+    assert "stayed in TF: AssignVariableOp" in step.report and "stayed in TF: MatMul" not in step.report
+
+
 def test_keras_fit_trains_to_the_same_loss(rng):
     """A training step: the forward and backward matmuls go to TVM, the optimizer's updates
     (AssignSubVariableOp) stay in TF, and the losses are TF's."""

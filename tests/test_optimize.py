@@ -200,3 +200,31 @@ def test_a_cluster_reads_the_dims_its_producer_cluster_knows(rng):
         x = rng.standard_normal((batch, 5, 5, 8)).astype(np.float32)
         for got, want in zip(optimized(x), fn(x)):
             np.testing.assert_allclose(got.numpy(), want.numpy(), rtol=1e-5, atol=1e-5)
+
+
+def test_a_nan_in_one_image_makes_its_outputs_nan_as_in_keras(rng):
+    """A MobileNet-style block (conv, batch norm, ReLU6, depthwise conv, ReLU, pooling): one
+    NaN pixel makes that image's logits NaN in Keras (eager, TF's own kernels); under
+    optimize and enable() too (TVM's ReLU6 made it 6, and the image came out finite), while
+    the other images match. (TF's graph mode gives finite logits here: grappler's fused
+    oneDNN conv + ReLU6 drops the NaN.)"""
+    from tftvm import enable_pass
+
+    keras.utils.set_random_seed(3)
+    inp = keras.Input((12, 12, 3))
+    h = keras.layers.ReLU(6.0)(keras.layers.BatchNormalization()(keras.layers.Conv2D(8, 3, strides=2)(inp)))
+    h = keras.layers.ReLU()(keras.layers.DepthwiseConv2D(3, padding="same")(h))
+    model = keras.Model(inp, keras.layers.Dense(5)(keras.layers.GlobalAveragePooling2D()(h)))
+    x = rng.standard_normal((3, 12, 12, 3)).astype(np.float32)
+    x[1, 4, 7, 2] = np.nan
+    want = model(x, training=False).numpy()
+    assert np.isnan(want[1]).all() and np.isfinite(want[[0, 2]]).all()
+    optimized = tftvm.optimize(tf.function(lambda x: model(x, training=False)), [tf.TensorSpec([None, 12, 12, 3])])
+    assert optimized.summary().offloaded == optimized.summary().compute_nodes
+    before = len(enable_pass.rewrites())
+    with tftvm.enabled(keep_faster=False):
+        enabled = tf.function(lambda x: model(x, training=False))(x).numpy()
+    (rewrite,) = enable_pass.rewrites()[before:]
+    assert rewrite.offloaded == rewrite.compute_nodes, rewrite.report
+    for got in (optimized(x).numpy(), enabled):
+        np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)  # NaNs where Keras has them
