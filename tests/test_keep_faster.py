@@ -158,8 +158,8 @@ def test_off_by_option_and_by_environment(rng, monkeypatch):
 def test_repeated_runs_are_sequential_and_right(rng):
     """The timed function repeats the cluster; its outputs are still the cluster's."""
     x = tf.constant(rng.standard_normal((4, 8)).astype(np.float32))
-    f = measure._repeated(lambda a: [a * 2.0 + 1.0], 5, [tf.TensorSpec([4, 8], tf.float32)])
-    np.testing.assert_allclose(f(x)[0].numpy(), x.numpy() * 2.0 + 1.0)
+    f = measure._repeated(lambda a: [a * 2.0 + 1.0], 5, [x])
+    np.testing.assert_allclose(f()[0].numpy(), x.numpy() * 2.0 + 1.0)
     ops = [n.op for n in f.get_concrete_function().graph.as_graph_def().node]
     assert ops.count("Mul") == 5
 
