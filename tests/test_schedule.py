@@ -263,6 +263,7 @@ def test_a_transpose_runs_in_square_tiles(shape, perm, tiled, rng):
 
 @pytest.mark.parametrize("m, n, k, copied", [
     (512, 256, 64, True),   # a dense layer's input gradient, dY·Wᵀ: Wᵀ copied, then register tiles
+    (64, 1024, 1024, True),  # an MLP's (batch 64): Wᵀ (4 MB) copied on all threads
     (64, 48, 32, False),    # small: dot products along the contiguous rows, as Q·Kᵀ
 ])  # fmt: skip
 def test_a_large_matmul_with_b_transposed_copies_b_once(m, n, k, copied, rng):
@@ -272,6 +273,10 @@ def test_a_large_matmul_with_b_transposed_copies_b_once(m, n, k, copied, rng):
     C = te.compute((m, n), lambda i, j: te.sum(A[i, r] * B[j, r], axis=r), name="C")
     script = scheduled_script(A, B, C)
     assert ("B_global" in script) == copied, script
+    if copied:  # the copy in lanes x lanes tiles (each of its rows a vector store), on all threads if large
+        copy = script[script.index("B_global = "):script.index("B_global[v1, v0] = B[v0, v1]")]
+        lanes = vector_lanes("float32")
+        assert f"T.vectorized({lanes})" in copy and ("T.parallel" in copy) == (n * k >= 1 << 18), copy
     op = tftvm.op([A, B], [C], name=f"sched_abt_{m}x{n}x{k}")
     av = rng.standard_normal((m, k)).astype(np.float32)
     bv = rng.standard_normal((n, k)).astype(np.float32)

@@ -168,7 +168,8 @@ def _unary(path):
 
 
 for _tf, _rx in {"Add": "add", "AddV2": "add", "Sub": "subtract", "Mul": "multiply",
-                 "RealDiv": "divide", "Pow": "power"}.items():  # fmt: skip
+                 "RealDiv": "divide", "Maximum": "maximum", "Minimum": "minimum",
+                 "Pow": "power"}.items():  # fmt: skip
     CONVERTERS[_tf] = _binary(_rx)
 for _tf, _rx in {"Greater": "greater", "GreaterEqual": "greater_equal", "Less": "less",
                  "LessEqual": "less_equal", "Equal": "equal", "NotEqual": "not_equal",
@@ -179,38 +180,10 @@ for _tf, _rx in {"LogicalNot": "logical_not", "Floor": "floor", "Ceil": "ceil", 
                  "Sin": "sin", "Cos": "cos", "ZerosLike": "zeros_like",
                  "OnesLike": "ones_like"}.items():  # fmt: skip
     CONVERTERS[_tf] = _unary(_rx)
-for _tf, _rx in {"Sigmoid": "sigmoid", "Tanh": "tanh", "Exp": "exp",
+for _tf, _rx in {"Relu": "nn.relu", "Sigmoid": "sigmoid", "Tanh": "tanh", "Exp": "exp",
                  "Log": "log", "Sqrt": "sqrt", "Rsqrt": "rsqrt", "Neg": "negative", "Abs": "abs",
                  "Square": "square", "Erf": "erf"}.items():  # fmt: skip
     CONVERTERS[_tf] = _unary(_rx)
-
-
-def with_nans(value, *operands):
-    """`value` (a max, min or clip of `operands`) with each NaN of a float operand passed
-    through, as TF's kernels do: TVM lowers max(a, b) to `a > b ? a : b`, so ReLU(NaN) came
-    out 0 and ReLU6(NaN) 6, hiding a diverged model's NaNs. A constant without NaNs (a
-    ReLU's 0) needs no check."""
-    from tvm.ir.expr import Constant
-
-    op = _relax().op
-    if "float" not in str(operands[0].ty.dtype):
-        return value
-    for x in reversed(operands):
-        if isinstance(x, Constant) and not np.isnan(x.value.numpy()).any():
-            continue
-        value = op.where(op.isnan(x), x, value)  # (broadcast as the max was)
-    return value
-
-
-@converts("Maximum", "Minimum")
-def _maximum(ctx, node, x, y):
-    x, y = same_dims(ctx, [x, y])
-    return with_nans({"Maximum": _relax().op.maximum, "Minimum": _relax().op.minimum}[node.op](x, y), x, y)
-
-
-@converts("Relu")
-def _relu(ctx, node, x):
-    return with_nans(_relax().op.nn.relu(x), x)
 
 
 @converts("Identity")
@@ -248,7 +221,7 @@ def _squared_difference(ctx, node, x, y):
 
 @converts("Relu6")
 def _relu6(ctx, node, x):
-    return with_nans(_relax().op.clip(x, 0, 6), x)
+    return _relax().op.clip(x, 0, 6)  # NaNs pass: see nans.py
 
 
 @converts("Softplus")
@@ -352,15 +325,9 @@ def _log_softmax(ctx, node, x):
 
 def _reduction(fn_name):
     def convert(ctx, node, x, axes):
-        op = _relax().op
         axis = [int(a) for a in np.atleast_1d(ctx.constant(node, 1))]
         keepdims = bool(ctx.attr(node, "keep_dims", False))
-        out = getattr(op, fn_name)(x, axis=axis, keepdims=keepdims)
-        if fn_name in ("max", "min") and "float" in str(x.ty.dtype):
-            # TF's max of a row holding a NaN is NaN; TVM's is the max of the rest.
-            nans = op.max(op.astype(op.isnan(x), "int8"), axis=axis, keepdims=keepdims)
-            out = op.where(op.astype(nans, "bool"), _relax().const(np.nan, x.ty.dtype), out)
-        return out
+        return getattr(_relax().op, fn_name)(x, axis=axis, keepdims=keepdims)  # max, min: see nans.py
 
     return convert
 
@@ -742,9 +709,9 @@ def _add_n(ctx, node, *xs):
 def _clip_by_value(ctx, node, x, low, high):
     op = _relax().op
     x, low, high = same_dims(ctx, [x, low, high])
-    # TF's own ignores NaN bounds, and gives a NaN x as NaN or a bound by where it lies
-    # (scalar or vector loop): NaN, always, here.
-    return with_nans(op.minimum(op.maximum(x, low), high), x)
+    # TF's own gives a NaN x as NaN or a bound by where it lies (its scalar or vector loop):
+    # NaN, always, here (nans.py), as is a NaN bound.
+    return op.minimum(op.maximum(x, low), high)
 
 
 @converts("ArgMax", "ArgMin")

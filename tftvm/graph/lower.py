@@ -19,7 +19,7 @@ def fuse(mod, one_kernel: str | None = None):
     import tvm
     from tvm import relax
 
-    from . import fast_math, pack_weights
+    from . import fast_math, nans, pack_weights
 
     seq = tvm.transform.Sequential
     mod = seq([
@@ -27,7 +27,7 @@ def fuse(mod, one_kernel: str | None = None):
         # cannot look through: with them no conv took its bias, BN and ReLU.
         relax.transform.CanonicalizeBindings(),
         # Where TVM's own legalization is slow on CPU: conv weights packed, vector transcendentals.
-        relax.transform.LegalizeOps(customize_legalize_map={**pack_weights.legalize_map(),
+        relax.transform.LegalizeOps(customize_legalize_map={**pack_weights.legalize_map(), **nans.legalize_map(),
                                                             **fast_math.legalize_map()}),
         relax.transform.AnnotateTIROpPattern(),
         relax.transform.FoldConstant(),

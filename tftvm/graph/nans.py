@@ -1,0 +1,115 @@
+"""max, min, ReLU and clip of floats legalized to pass NaNs on, as TF's kernels do.
+
+TVM lowers max(a, b) to `a > b ? a : b`, so ReLU(NaN) came out 0, ReLU6(NaN) 6 and
+maximum(0, NaN) 0: a model whose input or weights held a NaN gave finite, wrong numbers
+where TF gives NaN. Each op stays one elementwise kernel (a Relax-level `where(isnan(x), ...)`
+gave x three consumers, and a matmul, a reshape and its ReLU no longer fused: 1.3 -> 2.1 ms).
+Max and Min reductions are handled where they are converted (convert._reduction).
+"""
+from __future__ import annotations
+
+
+def legalize_map() -> dict:
+    """For LegalizeOps' customize_legalize_map."""
+    from tvm import tirx, topi
+
+    # Ordered comparisons are false for a NaN, so each select below falls through to it; a
+    # NaN in either operand of max/min makes both false and gives a + b, a NaN. (tirx.isnan
+    # is no vector op: a loop using it was left scalar, ReLU over 512K floats 73 -> 468 us;
+    # v != v is simplified away.)
+    def relu(x):
+        return _elementwise(x.shape, [x], lambda v: tirx.Select(v < tirx.const(0, v.ty.dtype), tirx.const(0, v.ty.dtype), v))
+
+    def clip(x, low, high):
+        def element(v):
+            low_, high_ = (tirx.Cast(v.ty.dtype, b) if b.ty.dtype != v.ty.dtype else b for b in (low, high))
+            return tirx.Select(v < low_, low_, tirx.Select(v > high_, high_, v))
+
+        return _elementwise(x.shape, [x], element)
+
+    def maximum(a, b):
+        return _elementwise(topi.maximum(a, b).shape, [a, b], lambda u, v: tirx.Select(u < v, v, tirx.Select(v <= u, u, u + v)))
+
+    def minimum(a, b):
+        return _elementwise(topi.minimum(a, b).shape, [a, b], lambda u, v: tirx.Select(v < u, v, tirx.Select(u <= v, u, u + v)))
+
+    computes = {"relax.nn.relu": relu, "relax.clip": clip, "relax.maximum": maximum, "relax.minimum": minimum}
+    reductions = {"relax.max": _reduction(larger=True), "relax.min": _reduction(larger=False)}
+    return {**{name: _floats_only(name, compute) for name, compute in computes.items()},
+            **{name: _floats_only(name, compute, reduction=True) for name, compute in reductions.items()}}
+
+
+def _elementwise(shape, operands, fn):
+    """fn of the operands' elements, broadcast to `shape`."""
+    from tvm import te
+
+    return te.compute(shape, lambda *index: fn(*[x(*_broadcast_index(x, shape, index)) for x in operands]),
+                      name="nan_passing")  # fmt: skip
+
+
+def _reduction(larger: bool):
+    """max (or min) over axes whose result is NaN where a reduced row holds a NaN: the
+    combiner is the elementwise max's (a NaN wins), its identity -inf (or inf)."""
+    from tvm import te, tirx
+
+    def combine(u, v):
+        if larger:
+            return tirx.Select(u < v, v, tirx.Select(v <= u, u, u + v))
+        return tirx.Select(v < u, v, tirx.Select(u <= v, u, u + v))
+
+    def identity(dtype):
+        return tirx.const(float("-inf") if larger else float("inf"), dtype)
+
+    reducer = te.comm_reducer(combine, identity, name="nan_max" if larger else "nan_min")
+
+    def compute(x, axis, keepdims):
+        rank = len(x.shape)
+        reduced = sorted({a % rank for a in axis}) if axis is not None else list(range(rank))
+        over = [te.reduce_axis((0, x.shape[a]), name=f"k{a}") for a in reduced]
+        kept = [a for a in range(rank) if a not in reduced]
+        shape = [1 if a in reduced else x.shape[a] for a in range(rank)] if keepdims else [x.shape[a] for a in kept]
+
+        def element(*index):
+            at = list(index) if keepdims else [None] * rank
+            if not keepdims:
+                for a, i in zip(kept, index):
+                    at[a] = i
+            for a, k in zip(reduced, over):
+                at[a] = k
+            return reducer(x(*at), axis=over)
+
+        return te.compute(shape, element, name="nan_max" if larger else "nan_min")
+
+    return compute
+
+
+def _broadcast_index(x, shape, index):
+    """The index of `x` that the element at `index` of the broadcast `shape` reads."""
+    from tvm import tirx
+
+    offset = len(shape) - len(x.shape)
+    return tuple(tirx.const(0, index[offset + i].ty.dtype) if _is_one(dim) else index[offset + i]
+                 for i, dim in enumerate(x.shape))  # fmt: skip
+
+
+def _is_one(dim) -> bool:
+    from tvm import tirx
+
+    return isinstance(dim, tirx.IntImm) and int(dim) == 1
+
+
+def _floats_only(name: str, compute, reduction: bool = False):
+    import tvm
+
+    default = tvm.ir.Op.get(name).get_attr("FLegalize")
+    hint = name.split(".")[-1]
+
+    def legalize(bb, call):
+        if "float" not in str(call.args[0].ty.dtype):
+            return default(bb, call)
+        if reduction:
+            axis = None if call.attrs.axis is None else [int(a) for a in call.attrs.axis]
+            return bb.call_te(compute, call.args[0], axis, bool(call.attrs.keepdims), primfunc_name_hint=hint)
+        return bb.call_te(compute, *call.args, primfunc_name_hint=hint)
+
+    return legalize
