@@ -198,6 +198,7 @@ NAN_CASES = {
     "Minimum": (tf.minimum, 2),
     "Max": (lambda x: tf.reduce_max(x, axis=-1), 1),
     "Min": (lambda x: tf.reduce_min(x, axis=0), 1),
+    "Sign": (tf.sign, 1),
 }
 
 

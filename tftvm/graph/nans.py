@@ -1,8 +1,8 @@
-"""max, min, ReLU, clip and the Max/Min reductions of floats legalized to pass NaNs on, as
-TF's kernels do.
+"""max, min, ReLU, clip, sign and the Max/Min reductions of floats legalized to pass NaNs on,
+as TF's kernels do.
 
 TVM lowers max(a, b) to `a > b ? a : b`, so ReLU(NaN) came out 0, ReLU6(NaN) 6,
-maximum(0, NaN) 0 and a row's max skipped its NaN: a model whose input or weights held a NaN
+maximum(0, NaN) 0, sign(NaN) 0 and a row's max skipped its NaN: a model whose input or weights held a NaN
 gave finite, wrong numbers where TF gives NaN. Each op stays one kernel, as TVM's own (a
 Relax-level `where(isnan(x), x, relu(x))` gave x three consumers, and a matmul, a reshape and
 its ReLU no longer fused: 1.07 -> 1.55 ms).
@@ -32,13 +32,21 @@ def legalize_map() -> dict:
 
         return _elementwise(x.shape, [x], element)
 
+    def sign(x):
+        def element(v):
+            one, zero = tirx.const(1, v.ty.dtype), tirx.const(0, v.ty.dtype)
+            return tirx.Select(v > zero, one, tirx.Select(v < zero, -one, v))  # 0, -0, NaN as they are
+
+        return _elementwise(x.shape, [x], element)
+
     def maximum(a, b):
         return _elementwise(topi.maximum(a, b).shape, [a, b], _larger)
 
     def minimum(a, b):
         return _elementwise(topi.minimum(a, b).shape, [a, b], _smaller)
 
-    computes = {"relax.nn.relu": relu, "relax.clip": clip, "relax.maximum": maximum, "relax.minimum": minimum}
+    computes = {"relax.nn.relu": relu, "relax.clip": clip, "relax.sign": sign, "relax.maximum": maximum,
+                "relax.minimum": minimum}
     reductions = {"relax.max": _reduction(larger=True), "relax.min": _reduction(larger=False)}
     return {**{name: _floats_only(name, compute) for name, compute in computes.items()},
             **{name: _floats_only(name, compute, reduction=True) for name, compute in reductions.items()}}
