@@ -5,7 +5,7 @@ import tensorflow as tf
 from tftvm.graph.convert import CONVERTERS, Unsupported, to_relax
 from tftvm.graph.lower import RelaxProgram
 
-from conftest import check_converter
+from conftest import check_converter, run_python
 
 F = "float32"
 CASES = {
@@ -289,3 +289,30 @@ def test_q_times_k_transposed_runs_as_dot_products_where_they_pay(keys, depth, d
     program = RelaxProgram(mod, name=f"convert_qk_{keys}x{depth}")
     args = [rng.standard_normal(s).astype(F) for s in shapes]
     np.testing.assert_allclose(program(*args).numpy(), fn(*args).numpy(), rtol=2e-5, atol=2e-5)
+
+
+def test_an_integer_division_by_a_tensor_stays_in_tf_and_a_zero_is_tf_s_error():
+    """TF reports an integer division by zero; in a TVM kernel it traps (SIGFPE ended the
+    process). A divisor that is a tensor stays in TF; a constant one without zeros converts."""
+    code = """
+import numpy as np, tensorflow as tf, tftvm
+a = tf.constant(np.array([7, -7, 7, -7, 5], np.int32))
+for op in (tf.math.floordiv, tf.math.floormod):
+    by_tensor = tftvm.optimize(tf.function(lambda x, y: op(x * 3, y + 0)), [tf.TensorSpec([5], tf.int32)] * 2,
+                               min_cluster_size=1, keep_faster=False)
+    assert "integer division by a tensor that may hold 0" in by_tensor.report(), by_tensor.report()
+    b = tf.constant(np.array([2, 2, -2, -2, 3], np.int32))
+    np.testing.assert_array_equal(by_tensor(a, b).numpy(), op(a * 3, b).numpy())
+    try:
+        by_tensor(a, tf.constant(np.array([2, 2, 0, -2, 3], np.int32)))
+        raise SystemExit("no error")
+    except tf.errors.InvalidArgumentError as err:
+        assert "Integer division by zero" in str(err), err
+    by_constant = tftvm.optimize(tf.function(lambda x: op(x * 3, tf.constant([2, 2, -2, -2, 3]))),
+                                 [tf.TensorSpec([5], tf.int32)], min_cluster_size=1, keep_faster=False)
+    assert by_constant.summary().offloaded == by_constant.summary().compute_nodes, by_constant.report()
+    np.testing.assert_array_equal(by_constant(a).numpy(), op(a * 3, b).numpy())
+print("ok")
+"""
+    result = run_python(code)
+    assert result.returncode == 0 and result.stdout.strip().endswith("ok"), result.stderr[-3000:]

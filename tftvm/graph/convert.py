@@ -173,8 +173,7 @@ for _tf, _rx in {"Add": "add", "AddV2": "add", "Sub": "subtract", "Mul": "multip
     CONVERTERS[_tf] = _binary(_rx)
 for _tf, _rx in {"Greater": "greater", "GreaterEqual": "greater_equal", "Less": "less",
                  "LessEqual": "less_equal", "Equal": "equal", "NotEqual": "not_equal",
-                 "LogicalAnd": "logical_and", "LogicalOr": "logical_or",
-                 "FloorDiv": "floor_divide", "FloorMod": "floor_mod"}.items():  # fmt: skip
+                 "LogicalAnd": "logical_and", "LogicalOr": "logical_or"}.items():  # fmt: skip
     CONVERTERS[_tf] = _binary(_rx)
 for _tf, _rx in {"LogicalNot": "logical_not", "Floor": "floor", "Ceil": "ceil", "Sign": "sign",
                  "Sin": "sin", "Cos": "cos", "ZerosLike": "zeros_like",
@@ -184,6 +183,17 @@ for _tf, _rx in {"Relu": "nn.relu", "Sigmoid": "sigmoid", "Tanh": "tanh", "Exp":
                  "Log": "log", "Sqrt": "sqrt", "Rsqrt": "rsqrt", "Neg": "negative", "Abs": "abs",
                  "Square": "square", "Erf": "erf"}.items():  # fmt: skip
     CONVERTERS[_tf] = _unary(_rx)
+
+
+@converts("FloorDiv", "FloorMod")
+def _floor_div(ctx, node, x, y):
+    from tvm.ir.expr import Constant
+
+    if "int" in str(y.ty.dtype) and not (isinstance(y, Constant) and np.all(y.value.numpy() != 0)):
+        # TF raises "Integer division by zero"; a TVM kernel's idiv traps, and SIGFPE ends the process.
+        raise Unsupported("an integer division by a tensor that may hold 0 stays in TF, which reports it")
+    x, y = same_dims(ctx, [x, y])
+    return {"FloorDiv": _relax().op.floor_divide, "FloorMod": _relax().op.floor_mod}[node.op](x, y)
 
 
 @converts("Identity")
