@@ -57,7 +57,7 @@ def test_a_cluster_faster_in_tf_at_one_size_switches_on_its_input_size(rng, monk
     """The clock says TVM wins at batch 1 and TF at batch 8 (or the reverse): both sides stay in
     the graph and each call runs the side that is faster for its size, in a SavedModel too."""
 
-    def clock(run_tvm, run_tf, inputs, specs):
+    def clock(run_tvm, run_tf, inputs):
         tf_faster = (inputs[0].shape[0] == measure.LARGE_DIM) == tf_when_large
         return measure.Timing(2e-3, 1e-3) if tf_faster else measure.Timing(1e-3, 2e-3)
 

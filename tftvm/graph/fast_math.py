@@ -52,15 +52,23 @@ def legalize_map() -> dict:
 
 
 def _float32_only(name: str, compute, axis: bool = False):
+    def arguments(call):
+        return [call.args[0], int(call.attrs.axis)] if axis else [call.args[0]]
+
+    return legalization(name, lambda dtype: dtype == "float32", compute, arguments)
+
+
+def legalization(name: str, applies, compute, arguments):
+    """A LegalizeOps function for op `name`: `compute` (TE) on `arguments(call)` where
+    `applies` to the dtype of its first argument, TVM's own legalization elsewhere."""
     import tvm
 
     default = tvm.ir.Op.get(name).get_attr("FLegalize")
     hint = name.split(".")[-1]
 
     def legalize(bb, call):
-        if str(call.args[0].ty.dtype) != "float32":
+        if not applies(str(call.args[0].ty.dtype)):
             return default(bb, call)
-        extra = [int(call.attrs.axis)] if axis else []
-        return bb.call_te(compute, call.args[0], *extra, primfunc_name_hint=hint)
+        return bb.call_te(compute, *arguments(call), primfunc_name_hint=hint)
 
     return legalize

@@ -104,13 +104,13 @@ def compare(step, frozen, graph_def, dim: int) -> Timing:
     specs = [tf.TensorSpec(x.shape, x.dtype) for x in inputs]
     key = _key(step, graph_def, specs)
     before = _read(key)
-    if before and not (_combined(before).close and len(before) < MEASUREMENTS):
-        return dataclasses.replace(_combined(before), cached=True)
     if before:
-        log.info("cluster %d, None dims at %d: a close call (%s), measuring it again", step.index, dim,
-                 _combined(before))  # fmt: skip
+        cached = _combined(before)
+        if not (cached.close and len(before) < MEASUREMENTS):
+            return dataclasses.replace(cached, cached=True)
+        log.info("cluster %d, None dims at %d: a close call (%s), measuring it again", step.index, dim, cached)
     run_tf = graph_runner(graph_def, step.inputs, step.outputs)
-    measured = before + [time_both(step.program, run_tf, inputs, specs)]
+    measured = before + [time_both(step.program, run_tf, inputs)]
     _write(key, measured)
     timing = _combined(measured)
     log.info("cluster %d, None dims at %d: %s", step.index, dim, timing)
@@ -144,7 +144,7 @@ def enabled(keep_faster) -> bool:
     return keep_faster if keep_faster is not None else os.environ.get("TFTVM_KEEP_FASTER", "1") != "0"
 
 
-def time_both(run_tvm, run_tf, inputs, specs) -> Timing:
+def time_both(run_tvm, run_tf, inputs) -> Timing:
     """Interleaved medians of `run_tvm` and `run_tf` (functions of TF tensors) on `inputs`,
     each traced into a tf.function that repeats it (see _repeated)."""
     once = [_fetching(_repeated(run, 1, inputs), []) for run in (run_tvm, run_tf)]

@@ -119,17 +119,12 @@ def _is_one(dim) -> bool:
 
 
 def _floats_only(name: str, compute, reduction: bool = False):
-    import tvm
+    from .fast_math import legalization
 
-    default = tvm.ir.Op.get(name).get_attr("FLegalize")
-    hint = name.split(".")[-1]
+    def arguments(call):
+        if not reduction:
+            return list(call.args)
+        axis = None if call.attrs.axis is None else [int(a) for a in call.attrs.axis]
+        return [call.args[0], axis, bool(call.attrs.keepdims)]
 
-    def legalize(bb, call):
-        if "float" not in str(call.args[0].ty.dtype):
-            return default(bb, call)
-        if reduction:
-            axis = None if call.attrs.axis is None else [int(a) for a in call.attrs.axis]
-            return bb.call_te(compute, call.args[0], axis, bool(call.attrs.keepdims), primfunc_name_hint=hint)
-        return bb.call_te(compute, *call.args, primfunc_name_hint=hint)
-
-    return legalize
+    return legalization(name, lambda dtype: "float" in dtype, compute, arguments)
