@@ -55,6 +55,19 @@ def chart(bars: list[tuple[str, str, float]], path: Path) -> None:
     fig.savefig(path, dpi=120)
 
 
+BEGIN = "<!-- results.py: begin (benchmarks/results.py rewrites what is between these lines) -->"
+END = "<!-- results.py: end -->"
+
+
+def write_section(path: Path, text: str) -> None:
+    """Put `text` between RESULTS.md's results.py markers, leaving the other tables (each
+    benchmark's current one) as they are; a file without the markers gets the section at its end."""
+    old = path.read_text() if path.exists() else "# tftvm benchmark results\n"
+    before, found, rest = old.partition(BEGIN)
+    after = rest.partition(END)[2] if found else ""
+    path.write_text(f"{before.rstrip()}\n\n{BEGIN}\n{text.strip()}\n{END}\n{after.lstrip()}")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--quick", action="store_true", help="few shapes, few trials: a smoke run")
@@ -74,22 +87,21 @@ def main() -> None:
     total = time.perf_counter() - start
 
     command = ("python benchmarks/results.py " + " ".join(sys.argv[1:])).strip()
-    md = [f"# tftvm benchmark results\n\nMade by `{command}` on {datetime.date.today()} in "
-          f"{total / 60:.0f} min. {machine()}. Every ratio is to TF measured in the same run; "
-          "< 1 is faster than TF. Chart: `results.png`.\n",
-          "## Dispatch overhead\n", markdown_table(dispatch, OVERHEAD_COLUMNS), ""]  # fmt: skip
+    md = ["## Made by results.py\n", f"Made by `{command}` on {datetime.date.today()} in {total / 60:.0f} min. "
+          f"{machine()}. Every ratio is to TF measured in the same run; < 1 is faster than TF. Chart: `results.png`.\n",
+          "### Dispatch overhead\n", markdown_table(dispatch, OVERHEAD_COLUMNS), ""]  # fmt: skip
     columns = {"fused attention": attention.ATTENTION_COLUMNS, "tuning": attention.TUNING_COLUMNS}
     for name, rows in sections.items():
-        md += [f"## {name}\n", markdown_table(rows, columns.get(name, attention.MATMUL_COLUMNS)), ""]
+        md += [f"### {name}\n", markdown_table(rows, columns.get(name, attention.MATMUL_COLUMNS)), ""]
         md += [f"- {r['case']}: {r['error']}" for r in rows if "error" in r] + [""]
-    md += ["## End to end (`tftvm.optimize`)\n",
+    md += ["### End to end (`tftvm.optimize`)\n",
            f"Untuned: symbolic batch, default CPU schedule. Static and tuned: static batch; tuned with "
            f"{per_kernel} trials per kernel, at most {budget:.0f} s of tuning per model.\n",
            markdown_table([m for m in models if "error" not in m], optimize.COLUMNS), "",
            markdown_table([m for m in models if "tuned ms" in m], optimize.TUNED_COLUMNS), ""]  # fmt: skip
     md += [f"- {m['model']}: tftvm failed: {m['error']}" for m in models if "error" in m]
     out = Path(args.out)
-    (out / "RESULTS.md").write_text("\n".join(md) + "\n")
+    write_section(out / "RESULTS.md", "\n".join(md))
 
     bars = [(r["case"], "tftvm", r["tftvm/TF"]) for r in dispatch]
     series = (("XLA/TF", "XLA"), ("untuned/TF", "untuned"), ("tftvm/TF", "untuned"), ("static/TF", "static"),

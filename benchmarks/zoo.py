@@ -246,8 +246,8 @@ def check(model, compiled, make_inputs, batches=(1, 3)) -> float:
 def frozen_in_tf(model, signature):
     """tftvm's frozen graph of `model`, run by TF as a tf.function of the flat inputs."""
     import tensorflow as tf
-    from tftvm.graph.freeze import freeze
-    from tftvm.graph.measure import graph_runner
+    from tftvm.graph.tfgraph.freeze import freeze
+    from tftvm.graph.tfgraph.functions import graph_runner
 
     frozen = freeze(model, signature)
     run = graph_runner(frozen.graph_def, [t.name for t in frozen.inputs], [t.name for t in frozen.outputs])

@@ -86,8 +86,8 @@ def check_converter(fn, specs, feeds, op_type: str, rtol=2e-5, atol=2e-5):
     feed (a list of arrays per call: several feeds exercise the None dims)."""
     import tensorflow as tf
 
-    from tftvm.graph.convert import to_relax
-    from tftvm.graph.lower import RelaxProgram
+    from tftvm.graph.frontend import to_relax
+    from tftvm.graph.lowering.program import RelaxProgram
 
     nodes, inputs, outputs, op_types = tf_graph(fn, specs)
     assert op_type in op_types, f"the case does not emit {op_type}: {sorted(op_types)}"

@@ -1,6 +1,8 @@
 """The `tftvm` command: doctor, build-native, demo."""
+import os
 import subprocess
 import sys
+from pathlib import Path
 
 
 def tftvm(*args, timeout=600):
@@ -28,11 +30,21 @@ def test_build_native_prints_the_cached_library():
     assert proc.stdout.strip() == str(native.library_path())
 
 
-def test_demo_runs_and_checks_against_tf():
-    proc = tftvm("demo")
+def test_demo_runs_checks_against_tf_and_prints_no_tf_log_lines():
+    """Through the installed `tftvm` command, as the README's set-up runs it."""
+    command = Path(sys.executable).parent / "tftvm"
+    env = {k: v for k, v in os.environ.items() if k != "TF_CPP_MIN_LOG_LEVEL"}
+    proc = subprocess.run([str(command), "demo"], capture_output=True, text=True, timeout=900, env=env)
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert "results match TF" in proc.stdout
-    assert "tftvm/TF" in proc.stdout and "MLP layer, tf.function" in proc.stdout
+    rows = [line.split() for line in proc.stdout.splitlines() if line.startswith(("bias+GELU", "MobileNetV2"))]
+    assert [r[:3] for r in rows] == [["bias+GELU", "64x256,", "eager"], ["MobileNetV2", "96x96,", "batch"],
+                                     ["MobileNetV2", "96x96,", "batch"]], proc.stdout  # fmt: skip
+    assert " ".join(rows[1][4:6]) == "Keras, tf.function" and " ".join(rows[2][4:7]) == "TF's frozen graph"
+    for row in rows:  # its ms, tftvm ms, tftvm/it
+        its, ours, ratio = (float(v) for v in row[-3:])
+        assert its > 0 and ours > 0 and abs(ratio - ours / its) < 0.01, row
+    assert "oneDNN custom operations" not in proc.stderr and "cpu_feature_guard" not in proc.stderr, proc.stderr
 
 
 def test_optimize_command_rewrites_a_saved_model(tmp_path):

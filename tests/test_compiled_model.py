@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 import tftvm
-from tftvm.graph.convert import Unsupported
+from tftvm.graph.frontend import Unsupported
 
 from conftest import run_python
 
@@ -189,12 +189,12 @@ def test_nested_inputs_and_outputs_both_paths(rng):
 
 
 def test_a_converter_that_crashes_costs_one_op_not_the_model(monkeypatch, rng):
-    from tftvm.graph import convert
+    from tftvm.graph import frontend
 
     def broken(ctx, node, x):
         raise TypeError("a converter bug")
 
-    monkeypatch.setitem(convert.CONVERTERS, "Tanh", broken)
+    monkeypatch.setitem(frontend.CONVERTERS, "Tanh", broken)
     fn = tf.function(lambda x: tf.tanh(x * 2.0) + 1.0)
     exe = tftvm.compile_model(fn, [tf.TensorSpec([None, 3])])
     x = rng.standard_normal((2, 3)).astype(np.float32)

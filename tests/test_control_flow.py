@@ -138,7 +138,7 @@ def test_cond_inside_a_loop_body(rng):
 
 
 def test_a_body_that_fails_keeps_the_original(rng, monkeypatch):
-    from tftvm.graph import control_flow
+    from tftvm.graph.offload import control_flow
 
     def broken(*args, **kwargs):
         raise RuntimeError("boom")

@@ -2,8 +2,8 @@
 import numpy as np
 import pytest
 import tensorflow as tf
-from tftvm.graph.convert import CONVERTERS, Unsupported, to_relax
-from tftvm.graph.lower import RelaxProgram
+from tftvm.graph.frontend import CONVERTERS, Unsupported, to_relax
+from tftvm.graph.lowering.program import RelaxProgram
 
 from conftest import check_converter, run_python
 

@@ -5,9 +5,9 @@ import numpy as np
 import pytest
 import tensorflow as tf
 import tftvm
-from tftvm.graph.convert import Unsupported, to_relax
-from tftvm.graph.convert_indexing import _const_range
-from tftvm.graph.lower import RelaxProgram
+from tftvm.graph.frontend import Unsupported, to_relax
+from tftvm.graph.frontend.ops.indexing import const_range
+from tftvm.graph.lowering.program import RelaxProgram
 
 from conftest import check_converter, tf_graph
 
@@ -104,7 +104,7 @@ def test_range_to_a_symbolic_limit_with_a_step_is_refused():
 
 def test_range_tf_would_reject_is_refused():
     with pytest.raises(Unsupported, match="TF raises"):  # TF's shape inference stops such a trace
-        _const_range(0, 4, -1, "int32")
+        const_range(0, 4, -1, "int32")
 
 
 @pytest.mark.parametrize("exclusive", [False, True])

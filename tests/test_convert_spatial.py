@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 import tftvm
-from tftvm.graph.convert import Unsupported, to_relax
+from tftvm.graph.frontend import Unsupported, to_relax
 
 from conftest import check_converter, tf_graph
 

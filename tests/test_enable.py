@@ -176,10 +176,10 @@ def test_in_a_training_step_loop_bodies_need_a_clear_win_to_leave_tf(rng, monkey
     training step's main graph (which asks 1.1x) and in an inference loop, but not in a
     training step's loop bodies (1.25x), where TVM costs more per iteration than the body's
     own timing shows."""
-    from tftvm.graph import measure
+    from tftvm.graph.offload import safety_net
 
-    monkeypatch.setattr(measure, "time_both", lambda *args: measure.Timing(1.0e-3, 1.2e-3))
-    monkeypatch.setattr(measure, "_read", lambda key: [])
+    monkeypatch.setattr(safety_net, "time_both", lambda *args: safety_net.Timing(1.0e-3, 1.2e-3))
+    monkeypatch.setattr(safety_net, "_read", lambda key: [])
     x = rng.integers(0, 50, (16, 6)).astype(np.int32)
     y = rng.standard_normal((16, 4)).astype(np.float32)
     keras.utils.set_random_seed(5)
@@ -201,14 +201,14 @@ def test_in_a_training_step_loop_bodies_need_a_clear_win_to_leave_tf(rng, monkey
 def test_a_training_step_keeps_tvm_only_where_it_clearly_wins(rng, monkeypatch):
     """A training step's main graph runs in TVM where its cluster times 1.1x as fast as TF's,
     not at a near tie (1.05x), which an inference graph keeps in TVM: timed alone, a step's
-    cluster flatters TVM (see measure.TRAINING_STEP_MARGIN)."""
-    from tftvm.graph import measure
+    cluster flatters TVM (see safety_net.TRAINING_STEP_MARGIN)."""
+    from tftvm.graph.offload import safety_net
 
-    monkeypatch.setattr(measure, "_read", lambda key: [])
+    monkeypatch.setattr(safety_net, "_read", lambda key: [])
     x = rng.standard_normal((16, 8)).astype(np.float32)
     y = rng.standard_normal((16, 4)).astype(np.float32)
     for tf_ms, trains_in_tvm in ((1.05, False), (1.15, True)):
-        monkeypatch.setattr(measure, "time_both", lambda *args, t=tf_ms: measure.Timing(1.0e-3, t * 1e-3))
+        monkeypatch.setattr(safety_net, "time_both", lambda *args, t=tf_ms: safety_net.Timing(1.0e-3, t * 1e-3))
         keras.utils.set_random_seed(5)
         inp = keras.Input((8,))
         model = keras.Model(inp, keras.layers.Dense(4)(keras.layers.Dense(16, activation="tanh")(inp)))

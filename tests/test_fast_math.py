@@ -5,7 +5,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 import tftvm
-from tftvm.graph.lower import fuse
+from tftvm.graph.lowering.program import fuse
 from tvm import relax
 
 FUNCTIONS = {  # name -> (TF op, float64 reference)

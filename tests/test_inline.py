@@ -4,8 +4,8 @@ import numpy as np
 import pytest
 import tensorflow as tf
 import tftvm
-from tftvm.graph.freeze import freeze
-from tftvm.graph.inline import CALL_OPS, call_nodes, inline_calls
+from tftvm.graph.tfgraph.freeze import freeze
+from tftvm.graph.tfgraph.inline import CALL_OPS, call_nodes, inline_calls
 
 TOL = dict(rtol=1e-4, atol=1e-4)
 

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 import tftvm
-from tftvm.graph import measure
+from tftvm.graph.offload import safety_net
 
 
 def model(rng, units=48):
@@ -36,8 +36,8 @@ def test_both_sides_are_measured_and_the_choice_follows_them(rng):
 def test_a_cluster_tf_runs_faster_stays_in_tf_with_both_times(rng, monkeypatch):
     """The clock says TF is twice as fast (a stand-in for a slow kernel): the cluster's nodes
     run in TF, the report says why, and the result is TF's own."""
-    monkeypatch.setattr(measure, "time_both", lambda *args: measure.Timing(2e-3, 1e-3))
-    monkeypatch.setattr(measure, "_read", lambda key: [])
+    monkeypatch.setattr(safety_net, "time_both", lambda *args: safety_net.Timing(2e-3, 1e-3))
+    monkeypatch.setattr(safety_net, "_read", lambda key: [])
     fn = model(rng, units=40)
     optimized = tftvm.optimize(fn, SPEC, keep_faster=True)
     (cluster,) = optimized._clusters
@@ -58,11 +58,11 @@ def test_a_cluster_faster_in_tf_at_one_size_switches_on_its_input_size(rng, monk
     the graph and each call runs the side that is faster for its size, in a SavedModel too."""
 
     def clock(run_tvm, run_tf, inputs):
-        tf_faster = (inputs[0].shape[0] == measure.LARGE_DIM) == tf_when_large
-        return measure.Timing(2e-3, 1e-3) if tf_faster else measure.Timing(1e-3, 2e-3)
+        tf_faster = (inputs[0].shape[0] == safety_net.LARGE_DIM) == tf_when_large
+        return safety_net.Timing(2e-3, 1e-3) if tf_faster else safety_net.Timing(1e-3, 2e-3)
 
-    monkeypatch.setattr(measure, "time_both", clock)
-    monkeypatch.setattr(measure, "_read", lambda key: [])
+    monkeypatch.setattr(safety_net, "time_both", clock)
+    monkeypatch.setattr(safety_net, "_read", lambda key: [])
     fn = model(rng, units=44)
     optimized = tftvm.optimize(fn, SPEC, keep_faster=True)
     (cluster,) = optimized._clusters
@@ -83,14 +83,14 @@ def test_a_cluster_faster_in_tf_at_one_size_switches_on_its_input_size(rng, monk
 
 def test_timings_are_cached_with_the_kernels(rng, monkeypatch):
     """A clear verdict (TVM 3x as fast) is measured once: a second process reads it."""
-    monkeypatch.setattr(measure, "time_both", lambda *args: measure.Timing(1e-3, 3e-3))
+    monkeypatch.setattr(safety_net, "time_both", lambda *args: safety_net.Timing(1e-3, 3e-3))
     fn = model(rng, units=56)
     first = tftvm.optimize(fn, SPEC, keep_faster=True)._clusters[0].timings
 
     def no_timing(*args):
         raise AssertionError("measured again")
 
-    monkeypatch.setattr(measure, "time_both", no_timing)
+    monkeypatch.setattr(safety_net, "time_both", no_timing)
     second = tftvm.optimize(fn, SPEC, keep_faster=True)._clusters[0].timings
     assert sorted(second) == sorted(first) == [1, 8]
     for dim, timing in second.items():
@@ -102,7 +102,7 @@ def test_a_close_call_is_measured_again_by_later_runs_and_their_medians_decide(r
     MEASUREMENTS timings decide with their medians: a first run that happened to favour TF
     (TVM 1.3 ms, TF 1.0) is outvoted by two that did not (TVM 1.0 ms, TF 1.1)."""
     clock = iter([(1.3e-3, 1.0e-3)] * 2 + [(1.0e-3, 1.1e-3)] * 4)  # two per run: None dims at 1 and 8
-    monkeypatch.setattr(measure, "time_both", lambda *args: measure.Timing(*next(clock)))
+    monkeypatch.setattr(safety_net, "time_both", lambda *args: safety_net.Timing(*next(clock)))
     fn = model(rng, units=52)
     x = rng.standard_normal((3, 32)).astype(np.float32)
     runs = [tftvm.optimize(fn, SPEC, keep_faster=True) for _ in range(4)]
@@ -120,13 +120,13 @@ def test_a_timing_from_another_machine_is_not_used(rng, monkeypatch):
     """The cache key holds the CPU and the threads: with TVM on a different number of threads
     the cluster is timed again."""
     measured = []
-    monkeypatch.setattr(measure, "time_both", lambda *args: measured.append(1) or measure.Timing(1e-3, 3e-3))
+    monkeypatch.setattr(safety_net, "time_both", lambda *args: measured.append(1) or safety_net.Timing(1e-3, 3e-3))
     fn = model(rng, units=54)
     tftvm.optimize(fn, SPEC, keep_faster=True)
     tftvm.optimize(fn, SPEC, keep_faster=True)
     assert len(measured) == 2  # None dims at 1 and 8, once
     monkeypatch.setenv("TVM_NUM_THREADS", "7")
-    assert "threads=" in measure._machine() and "'7'" in measure._machine()
+    assert "threads=" in safety_net._machine() and "'7'" in safety_net._machine()
     tftvm.optimize(fn, SPEC, keep_faster=True)
     assert len(measured) == 4
 
@@ -140,10 +140,10 @@ def test_a_corrupt_timing_cache_entry_is_measured_again(rng, caplog):
     assert len(entries) == 2  # the None dim at 1 and at 8
     for path in entries:
         path.write_text("{not json")
-    with caplog.at_level(logging.WARNING, logger="tftvm.graph.measure"):
+    with caplog.at_level(logging.WARNING, logger="tftvm.graph.offload.safety_net"):
         again = tftvm.optimize(fn, SPEC, keep_faster=True)._clusters[0].timings
     assert not any(t.cached for t in again.values()) and "corrupt timing cache entry" in caplog.text
-    assert all(json.loads(p.read_text())["format"] == measure.FORMAT for p in entries)  # rewritten
+    assert all(json.loads(p.read_text())["format"] == safety_net.FORMAT for p in entries)  # rewritten
 
 
 def test_off_by_option_and_by_environment(rng, monkeypatch):
@@ -158,14 +158,14 @@ def test_off_by_option_and_by_environment(rng, monkeypatch):
 def test_repeated_runs_are_sequential_and_right(rng):
     """The timed function repeats the cluster; its outputs are still the cluster's."""
     x = tf.constant(rng.standard_normal((4, 8)).astype(np.float32))
-    f = measure._repeated(lambda a: [a * 2.0 + 1.0], 5, [x])
+    f = safety_net._repeated(lambda a: [a * 2.0 + 1.0], 5, [x])
     np.testing.assert_allclose(f()[0].numpy(), x.numpy() * 2.0 + 1.0)
     ops = [n.op for n in f.get_concrete_function().graph.as_graph_def().node]
     assert ops.count("Mul") == 5
 
 
 def test_compile_model_runs_tf_where_tf_is_faster_and_the_export_keeps_it(rng, monkeypatch, tmp_path):
-    monkeypatch.setattr(measure, "time_calls", lambda *args: measure.Timing(3e-3, 1e-3))
+    monkeypatch.setattr(safety_net, "time_calls", lambda *args: safety_net.Timing(3e-3, 1e-3))
     fn = tf.function(model(rng, units=36))
     compiled = tftvm.compile_model(fn, SPEC, keep_faster=True)
     x = rng.standard_normal((1, 32)).astype(np.float32)  # the shape measured: None dims at 1
@@ -179,7 +179,7 @@ def test_compile_model_runs_tf_where_tf_is_faster_and_the_export_keeps_it(rng, m
 
 
 def test_compile_model_measures_both_and_keeps_tvm_where_it_is_faster(rng, monkeypatch):
-    monkeypatch.setattr(measure, "time_calls", lambda *args: measure.Timing(1e-3, 3e-3))
+    monkeypatch.setattr(safety_net, "time_calls", lambda *args: safety_net.Timing(1e-3, 3e-3))
     fn = tf.function(model(rng, units=28))
     compiled = tftvm.compile_model(fn, SPEC, keep_faster=True)
     x = rng.standard_normal((2, 32)).astype(np.float32)
@@ -211,7 +211,7 @@ def slowed(f, seconds=0.02):
 def test_compile_model_times_new_input_shapes_on_their_first_calls(slow_side, rng, monkeypatch, tmp_path):
     """TVM wins at batch 1 (compile time); at batch 4 the first calls run both sides in turn,
     then the faster one runs every call, and the export keeps that verdict."""
-    monkeypatch.setattr(measure, "time_calls", lambda *args: measure.Timing(1e-3, 3e-3))
+    monkeypatch.setattr(safety_net, "time_calls", lambda *args: safety_net.Timing(1e-3, 3e-3))
     fn = tf.function(model(rng, units=20))
     compiled = tftvm.compile_model(fn, SPEC, keep_faster=True)
     if slow_side == "TF":

@@ -145,8 +145,8 @@ def test_the_memoized_weight_preparation_is_one_kernel(rng):
     one kernel, one node per call; not memoized (a training step), the default fused kernels
     run every call and the conv reads its weights unpacked. Both follow new weights."""
     from conftest import tf_graph
-    from tftvm.graph.convert import to_relax
-    from tftvm.graph.lower import RelaxProgram
+    from tftvm.graph.frontend import to_relax
+    from tftvm.graph.lowering.program import RelaxProgram
 
     weights = conv_bn_weights(rng)
     specs = [tf.TensorSpec([2, 6, 6, 3])] + [tf.TensorSpec(w.shape) for w in weights]

@@ -4,7 +4,7 @@ import pytest
 import tensorflow as tf
 import tftvm
 import tvm
-from tftvm.graph.lower import fuse
+from tftvm.graph.lowering.program import fuse
 from tvm import relax, tirx
 
 

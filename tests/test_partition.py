@@ -3,7 +3,7 @@ from collections import defaultdict
 
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from tftvm.graph.partition import cluster
+from tftvm.graph.offload.partition import cluster
 
 
 def contracted_is_acyclic(nodes, edges, clusters) -> bool:
@@ -74,7 +74,7 @@ def test_property_random_dags_stay_acyclic(dag):
 
 
 def test_topological_order_of_a_deep_chain_needs_no_recursion():
-    from tftvm.graph.order import postorder
+    from tftvm.graph.tfgraph.order import postorder
 
     depth = 20000  # far beyond Python's recursion limit
     parents = {i: [i - 1] if i else [] for i in range(depth)}

@@ -24,7 +24,7 @@ from .signature import Signature, TensorSig  # noqa: E402
 from .trust import allow_embedded_modules, embedded_modules_allowed  # noqa: E402
 from .tune import tune  # noqa: E402
 
-__version__ = "0.1.0"
+from .version import __version__  # noqa: E402
 
 # Register the TvmCall op now, so graphs and SavedModels that use it load after
 # `import tftvm` alone. A failure is reported again, with details, on first use.

@@ -18,13 +18,14 @@ from pathlib import Path
 
 import numpy as np
 
-from .graph import control_flow, measure, whole
-from .graph.optimize import offload
-from .graph.rewrite import register_functions
-from .graph.convert import Unsupported
-from .graph.freeze import FrozenGraph, freeze
-from .graph.mark import NOT_COMPUTE
-from .graph.report import ConversionReport, OpInTF, in_tf_with_bodies
+from .graph import whole
+from .graph.frontend import Unsupported
+from .graph.frontend.support import NOT_COMPUTE
+from .graph.offload import control_flow, safety_net
+from .graph.offload.pipeline import offload
+from .graph.offload.report import ConversionReport, OpInTF, in_tf_with_bodies
+from .graph.tfgraph.freeze import FrozenGraph, freeze
+from .graph.tfgraph.functions import graph_runner, register_functions
 
 log = logging.getLogger(__name__)
 
@@ -73,11 +74,11 @@ class CompiledModel:
         register_functions(list(frozen.graph_def.library.function))
         self.calls = 0
         self.seconds = 0.0
-        # The safety net (keep_faster): a verdict (measure.Timing) per set of input shapes,
+        # The safety net (keep_faster): a verdict (safety_net.Timing) per set of input shapes,
         # measured at compile time for `None` dims at 1 (`timing`), at other shapes on the
         # user's first calls with them (_Trial).
         self.timing = None
-        self.timings: dict[tuple, measure.Timing] = {}
+        self.timings: dict[tuple, safety_net.Timing] = {}
         self._trials: dict[tuple, _Trial] = {}
         self._tf_graph = None  # the frozen graph as a tf.function, made when first needed
 
@@ -92,8 +93,8 @@ class CompiledModel:
         """The safety net: time the model's VM against its frozen graph in TF (`None` dims at
         1) and run TF's at those shapes if it is faster; calls with other shapes are timed
         on their first calls (see _Trial) and run the faster side from then on."""
-        inputs = measure.random_inputs(self.input_specs)
-        self.timing = measure.time_calls(self._run_vm, self._tf_function(), inputs)
+        inputs = safety_net.random_inputs(self.input_specs)
+        self.timing = safety_net.time_calls(self._run_vm, self._tf_function(), inputs)
         self.timings = {_shapes_of(inputs): self.timing}
         self._trials = {}
         log.info("whole model: %s; runs in %s", self.timing, "TF, which is faster" if self.timing.tf_faster else "TVM")
@@ -109,7 +110,7 @@ class CompiledModel:
 
         if self._tf_graph is None:
             frozen = self._frozen
-            run = measure.graph_runner(frozen.graph_def, [t.name for t in frozen.inputs],
+            run = graph_runner(frozen.graph_def, [t.name for t in frozen.inputs],
                                        [t.name for t in frozen.outputs])  # fmt: skip
             self._tf_graph = tf.function(run, input_signature=self.input_specs, autograph=False)
         return self._tf_graph
@@ -261,12 +262,23 @@ class CompiledModel:
             rebuilt.keep_faster()
         return rebuilt
 
+    def tuning(self, shapes=None):
+        """What `tftvm.tune` tunes (tunable.py): the kernels of the model compiled for each set
+        of input `shapes` (default: each `None` dim 1, what the safety net measures)."""
+        from . import tunable
+
+        if shapes is None:
+            shapes = [[tuple(1 if d is None else d for d in spec.shape.as_list()) for spec in self.input_specs]]
+        kernels = [(name, func, None) for name, func in self.static_kernels(shapes)]
+        rebuild = lambda database: self.rebuilt(database=database, specialize=shapes)  # noqa: E731
+        return tunable.Tuning(kernels, self.tvm_target, rebuild, self)
+
     def static_kernels(self, shapes) -> list:
         """(name, PrimFunc) of each fused kernel with static shapes, of the model compiled for
         each of `shapes` (as `specialize` takes them): what `tftvm.tune` tunes."""
         from tvm import tirx
 
-        from .graph.lower import fuse
+        from .graph.lowering.program import fuse
 
         self._need_ir("tuned")
         kernels = []
@@ -302,14 +314,14 @@ class _Trial:
         self.calls += 1
         return in_tf
 
-    def record(self, in_tf: bool, seconds: float) -> measure.Timing | None:
+    def record(self, in_tf: bool, seconds: float) -> safety_net.Timing | None:
         """Note a call's time (every second one of a side's pair counts); the verdict once both have enough."""
         side = self.samples[int(in_tf)]
         side.append(seconds)
         if min(len(s) for s in self.samples) < 2 * TRIAL_SAMPLES:
             return None
         tvm_s, tf_s = (float(np.median(s[1::2])) for s in self.samples)
-        return measure.Timing(tvm_s, tf_s)
+        return safety_net.Timing(tvm_s, tf_s)
 
 
 def _shapes_of(tensors) -> tuple:
@@ -336,7 +348,7 @@ def compile_model(model, input_signature, *, fallback: str = "tf", target=None, 
     `input_signature`: TensorSpecs, nested as the model takes its inputs (e.g. `[[s1, s2]]`
     for a two-input Keras model); `None` dims are compiled once, symbolically.
     `fallback="tf"`: ops without a TVM conversion run in TF, called from the VM;
-    `fallback="error"`: such ops raise `Unsupported` (tftvm.graph.convert), naming them.
+    `fallback="error"`: such ops raise `Unsupported` (tftvm.graph.Unsupported), naming them.
     `deny`: TF op types to keep in TF although they convert.
     `target`: a TVM target dict (default: this CPU).
     `keep_faster` (default True, $TFTVM_KEEP_FASTER=0 for False): time the compiled model
@@ -364,7 +376,7 @@ def compile_model(model, input_signature, *, fallback: str = "tf", target=None, 
     mod, fallbacks = whole.to_relax(frozen, _register_tf_runner(frozen), deny)
     compiled = _compiled(frozen, fallbacks, mod, resolve_target(target), database=database, specialize=specialize)
     compiled.body_offloaded = sum(b.offloaded for b in control_flow.flatten(bodies))
-    if measure.enabled(keep_faster):
+    if safety_net.enabled(keep_faster):
         compiled.keep_faster()
     return compiled
 
@@ -401,8 +413,8 @@ def load_model(path) -> CompiledModel:
     compiled = CompiledModel(frozen, fallbacks, tvm.runtime.load_module(str(path / LIBRARY)), manifest["target"], statics)
     compiled.tuned_kernels = manifest.get("tuned_kernels", 0)
     if manifest.get("timing"):
-        compiled.timing = measure.Timing(manifest["timing"]["tvm_seconds"], manifest["timing"]["tf_seconds"], cached=True)
-        compiled.timings = {tuple(tuple(s) for s in t["shapes"]): measure.Timing(t["tvm_seconds"], t["tf_seconds"],
+        compiled.timing = safety_net.Timing(manifest["timing"]["tvm_seconds"], manifest["timing"]["tf_seconds"], cached=True)
+        compiled.timings = {tuple(tuple(s) for s in t["shapes"]): safety_net.Timing(t["tvm_seconds"], t["tf_seconds"],
                                                                                  cached=True)
                             for t in manifest.get("timings", [])}  # fmt: skip
     return compiled
@@ -474,10 +486,10 @@ def _fused_and_scheduled(mod, target, database=None) -> tuple:
     import tvm
     from tvm import tirx
 
-    from .graph.lower import fuse
+    from .graph.lowering.program import fuse
     from .records import tuned_schedules
     from .schedule import default_cpu_schedule
-    from .tune import symbolic_reason
+    from .signature import symbolic_reason
 
     mod = fuse(mod)
     kernels = {gv: f for gv, f in mod.functions.items() if isinstance(f, tirx.PrimFunc)}

@@ -29,11 +29,11 @@ def enable(*, min_cluster_size: int = 3, max_clusters: int | None = None, allow:
     import tvm_ffi
 
     from . import native
-    from .graph import measure
+    from .graph.offload import safety_net
 
     native.load()
     options = dict(min_cluster_size=min_cluster_size, max_clusters=max_clusters, allow=allow, deny=deny,
-                   target=target, database=database, keep_faster=measure.enabled(keep_faster))  # fmt: skip
+                   target=target, database=database, keep_faster=safety_net.enabled(keep_faster))  # fmt: skip
     with _state:
         changed = not is_enabled() or options != _options
         _options.clear()

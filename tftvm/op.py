@@ -128,6 +128,31 @@ class TvmOp:
         kernel = kernel_lib.compile_prim_func(self.prim_func, **options)
         return TvmOp(kernel, self.name, grad=self._tftvm_grad, prim_func=self.prim_func, compile_options=options)
 
+    def at_shapes(self, shapes) -> "TvmOp":
+        """This op compiled for one set of input `shapes` alone (static buffers, outputs
+        following): a variant a ShapeDispatchOp runs at those shapes."""
+        from .shape_dispatch import specialized
+
+        if self.prim_func is None:
+            raise TypeError(f"tftvm op '{self.name}' was loaded from a library: it has no TVM IR to specialize")
+        n_inputs = len(self.signature.inputs)
+        if len(shapes) != n_inputs:
+            raise ValueError(f"tftvm op '{self.name}' takes {n_inputs} inputs; shapes= gives {len(shapes)} shapes: "
+                             f"{shapes}")  # fmt: skip
+        func = specialized(self.prim_func, shapes, self.name)
+        kernel = kernel_lib.compile_prim_func(func, **self.compile_options)
+        return TvmOp(kernel, self.name, grad=self._tftvm_grad, prim_func=func, compile_options=self.compile_options)
+
+    def tuning(self, shapes=None):
+        """What `tftvm.tune` tunes (tunable.py): this op's kernel, or, with `shapes`, static
+        variants of it at those input shapes (a ShapeDispatchOp)."""
+        from . import tunable
+        from .shape_dispatch import ShapeDispatchOp
+
+        if shapes is not None:
+            return ShapeDispatchOp(self, {}).tuning(shapes)
+        return tunable.of_ops([self], self.rebuilt, self, alone=True)
+
     def save(self, path: str | Path) -> Path:
         """Export the library (and its signature beside it) for `tftvm.load_op`."""
         return self.kernel.save(path)

@@ -11,8 +11,6 @@ from __future__ import annotations
 
 import tensorflow as tf
 
-from .op import TvmOp
-
 
 def specialized(func, shapes, name: str):
     """`func` (a PrimFunc) with its input buffers given `shapes` (one per input buffer, in
@@ -64,8 +62,8 @@ def _evaluated(dim, values) -> int | None:
 class ShapeDispatchOp:
     """Call like the general op; calls whose input shapes have a variant run it."""
 
-    def __init__(self, general: TvmOp, variants: dict):
-        self.general = general
+    def __init__(self, general, variants: dict):
+        self.general = general  # a TvmOp with symbolic dims
         self.variants = dict(variants)  # tuple of input shapes -> static TvmOp
         self.name = general.name
         self.signature = general.signature
@@ -98,6 +96,16 @@ class ShapeDispatchOp:
         op, whose symbolic dims no record fits, stays."""
         return ShapeDispatchOp(self.general, {s: v.rebuilt(**options) for s, v in self.variants.items()})
 
+    def tuning(self, shapes=None):
+        """What `tftvm.tune` tunes (tunable.py): the static variants, with one added for each
+        set of input `shapes` it has not got."""
+        from . import tunable
+
+        dispatch = self.with_variants(shapes or ())
+        if not dispatch.variants:
+            raise ValueError(f"tftvm.tune: op '{self.name}' has no static variant to tune: give shapes=")
+        return tunable.of_ops(dispatch.kernels(), dispatch.rebuilt, dispatch)
+
     def with_variants(self, shapes_list) -> ShapeDispatchOp:
         """This op with a static variant (default schedule) for each set of input shapes."""
         variants = dict(self.variants)
@@ -107,25 +115,11 @@ class ShapeDispatchOp:
                                  f"input, e.g. [[(16, 32), (32, 24)]]; got the set {shapes!r}")  # fmt: skip
             key = tuple(tuple(int(d) for d in s) for s in shapes)
             if key not in variants:
-                variants[key] = variant(self.general, key)
+                variants[key] = self.general.at_shapes(key)
         return ShapeDispatchOp(self.general, variants)
 
     def __repr__(self) -> str:
         return f"<tftvm op {self.signature.describe(self.name)}, static at {sorted(self.variants)}>"
-
-
-def variant(op: TvmOp, shapes) -> TvmOp:
-    """`op` compiled for input `shapes` alone."""
-    from . import kernel as kernel_lib
-
-    if op.prim_func is None:
-        raise TypeError(f"tftvm op '{op.name}' was loaded from a library: it has no TVM IR to specialize")
-    n_inputs = len(op.signature.inputs)
-    if len(shapes) != n_inputs:
-        raise ValueError(f"tftvm op '{op.name}' takes {n_inputs} inputs; shapes= gives {len(shapes)} shapes: {shapes}")
-    func = specialized(op.prim_func, shapes, op.name)
-    kernel = kernel_lib.compile_prim_func(func, **op.compile_options)
-    return TvmOp(kernel, op.name, grad=op._tftvm_grad, prim_func=func, compile_options=op.compile_options)
 
 
 def _static_shapes(args):

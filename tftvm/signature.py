@@ -247,3 +247,16 @@ def evaluate_dim(dim: str, values: Sequence[int | None]) -> int | None:
         return _ARITHMETIC[token](a, b) if known else None
 
     return fold_dim(dim, int, lambda v: values[v], apply)
+
+
+def symbolic_reason(func) -> str | None:
+    """Why MetaSchedule cannot measure `func` (it needs concrete buffers), or None."""
+    from tvm import tirx
+
+    for param in func.params:
+        if not isinstance(param.ty, tirx.BufferType):
+            return f"scalar parameter '{param.name}'"
+        dims = [str(d) for d in param.ty.shape if not isinstance(d, tirx.IntImm)]
+        if dims:
+            return f"buffer '{param.name}' has symbolic dims {dims}"
+    return None

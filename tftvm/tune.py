@@ -20,23 +20,11 @@ import os
 import re
 import time
 
-from . import rpc_runner
+from . import rpc_runner, tunable
 from .records import DATABASE_ENV, database_dir, drop_wrong_records, workload
+from .signature import symbolic_reason
 
 log = logging.getLogger(__name__)
-
-
-def symbolic_reason(func) -> str | None:
-    """Why MetaSchedule cannot measure `func` (it needs concrete buffers), or None."""
-    from tvm import tirx
-
-    for param in func.params:
-        if not isinstance(param.ty, tirx.BufferType):
-            return f"scalar parameter '{param.name}'"
-        dims = [str(d) for d in param.ty.shape if not isinstance(d, tirx.IntImm)]
-        if dims:
-            return f"buffer '{param.name}' has symbolic dims {dims}"
-    return None
 
 
 @dataclasses.dataclass
@@ -74,87 +62,40 @@ def tune(target_obj, *, trials: int = 64, database=None, seed: int | None = None
     schedule on random inputs (where they were measured: here, or on one of the servers)
     and wrong ones removed (see tftvm.records).
     """
-    from .compiled_model import CompiledModel
-    from .graph.adaptive import AdaptiveOptimized
-    from .graph.optimize import Optimized
     from .op import TvmOp
-    from .shape_dispatch import ShapeDispatchOp
 
-    if isinstance(target_obj, TvmOp) and shapes is not None:
-        target_obj = ShapeDispatchOp(target_obj, {})
-    if shapes is not None and not isinstance(target_obj, (CompiledModel, ShapeDispatchOp)):
-        raise TypeError("shapes= is for an op and a tftvm.compile_model result; an optimize result is tuned "
-                        "at the shapes it was built for")  # fmt: skip
     if trials < 1:
         raise ValueError(f"trials must be >= 1, got {trials}")
     if time_budget is not None and time_budget <= 0:
         raise ValueError(f"time_budget must be > 0 seconds, got {time_budget}")
-    if isinstance(target_obj, CompiledModel):
-        shapes = _default_shapes(target_obj) if shapes is None else shapes
-        kernels = [(name, func, None) for name, func in target_obj.static_kernels(shapes)]
-        compile_target = target_obj.tvm_target
-        rebuild = lambda database: target_obj.rebuilt(database=database, specialize=shapes)  # noqa: E731
-    elif isinstance(target_obj, Optimized):
-        ops, rebuild = target_obj.kernels(), target_obj.rebuilt
-    elif isinstance(target_obj, AdaptiveOptimized):
-        ops, rebuild = target_obj.kernels(), target_obj.rebuilt
-        if not ops:
-            raise ValueError("tftvm.tune: this tftvm.optimize result (no input_signature) has compiled nothing "
-                             "yet: call it at the input shapes to tune for, then tune it")  # fmt: skip
-    elif isinstance(target_obj, ShapeDispatchOp):
-        target_obj = target_obj.with_variants(shapes or ())
-        ops, rebuild = target_obj.kernels(), target_obj.rebuilt
-        if not ops:
-            raise ValueError(f"tftvm.tune: op '{target_obj.name}' has no static variant to tune: give shapes=")
-    elif isinstance(target_obj, TvmOp):
-        ops, rebuild = [target_obj], target_obj.rebuilt
-    elif isinstance(target_obj, (list, tuple)) and target_obj and all(isinstance(o, TvmOp) for o in target_obj):
-        ops, rebuild = list(target_obj), lambda **kw: [o.rebuilt(**kw) for o in target_obj]
+    if isinstance(target_obj, (list, tuple)) and target_obj and all(isinstance(o, TvmOp) for o in target_obj):
+        tunable.no_shapes(shapes)
+        ops = list(target_obj)
+        tuning = tunable.of_ops(ops, lambda **kw: [o.rebuilt(**kw) for o in ops], target_obj)
+    elif callable(getattr(target_obj, "tuning", None)):
+        tuning = target_obj.tuning(shapes)
     else:
         raise TypeError("tftvm.tune takes an op made by tftvm.op, a list of them, a tftvm.optimize or a "
                         f"tftvm.compile_model result; got {type(target_obj).__name__}")  # fmt: skip
     tracker = rpc_runner.parse(rpc)
-    if not isinstance(target_obj, CompiledModel):
-        kernels, compile_target = _op_kernels(ops, single=isinstance(target_obj, TvmOp)), _target_of(ops)
     path = database_dir(database)
     if path is None:
         raise ValueError(f"tftvm.tune needs database= (a directory) or ${DATABASE_ENV}")
-    tasks, own_schedules, weights = _tasks(kernels)
+    tasks, own_schedules, weights = _tasks(tuning.kernels)
     if not tasks:
         log.warning("nothing to tune: every kernel has symbolic dims")
-        return target_obj
+        return tuning.result
     path.mkdir(parents=True, exist_ok=True)
-    _run_search(tasks, own_schedules, weights, compile_target, path, trials, seed, time_budget, progress, tracker)
+    _run_search(tasks, own_schedules, weights, tuning.target, path, trials, seed, time_budget, progress, tracker)
     try:  # checked where the records were measured: the servers run their target's code
-        dropped = drop_wrong_records(tasks, compile_target, path, tracker=tracker)
+        dropped = drop_wrong_records(tasks, tuning.target, path, tracker=tracker)
     except rpc_runner.RPCUnavailableError as err:
         raise rpc_runner.RPCUnavailableError(f"{err}. The records measured are in {path} but not checked against "
                                              "the default schedule yet: tune again (trials=1 will do) once a server "
                                              "is back, before building with them") from None  # fmt: skip
     if dropped:
         log.warning("dropped %d tuning records whose kernels computed wrong results", dropped)
-    return rebuild(database=path)
-
-
-def _op_kernels(ops, single: bool) -> list[tuple]:
-    """(name, PrimFunc, own schedule function or None) of each op."""
-    kernels = []
-    for op in ops:
-        if op.prim_func is None:
-            raise TypeError(f"tftvm op '{op.name}' was loaded from a library: it has no TVM IR to tune")
-        why = symbolic_reason(op.prim_func)
-        if why is not None and single:
-            raise ValueError(f"tftvm op '{op.name}' cannot be tuned as it is: {why}; MetaSchedule measures "
-                             "concrete shapes: give shapes=[[one shape per input], ...] to tune static "
-                             "variants at them")  # fmt: skip
-        schedule = op.compile_options.get("schedule")
-        kernels.append((op.name, op.prim_func, schedule if callable(schedule) else None))
-    return kernels
-
-
-def _default_shapes(compiled) -> list:
-    """One set of input shapes: each `None` dim 1 (what the safety net measures)."""
-    return [[tuple(1 if d is None else d for d in spec.shape.as_list()) for spec in compiled.input_specs]]
+    return tuning.rebuild(database=path)
 
 
 def _tasks(kernels) -> tuple[dict, dict, dict]:
@@ -179,16 +120,6 @@ def _tasks(kernels) -> tuple[dict, dict, dict]:
         if own_schedule is not None:
             own_schedules[name] = own_schedule
     return tasks, own_schedules, weights
-
-
-def _target_of(ops):
-    """The one target the ops were compiled for: records are measured on it."""
-    from .kernel import resolve_target
-
-    targets = {str(resolve_target(o.compile_options.get("target"))) for o in ops}
-    if len(targets) > 1:
-        raise ValueError(f"the ops were built for different targets {sorted(targets)}; tune them apart")
-    return resolve_target(ops[0].compile_options.get("target"))
 
 
 def _run_search(tasks, own_schedules, weights, target, path, trials, seed, time_budget, progress, tracker) -> None:

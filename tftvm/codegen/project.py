@@ -154,6 +154,6 @@ def _numpy(y) -> np.ndarray:
 
 
 def _version() -> str:
-    from .. import __version__
+    from ..version import __version__
 
     return __version__

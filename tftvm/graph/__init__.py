@@ -1,9 +1,16 @@
 """Graph integration: TF graphs with the parts TVM can run replaced by tftvm ops.
 
-`optimize` (optimize.py) freezes a function, marks the nodes TVM can run (mark.py), clusters
-them (partition.py), converts each cluster to Relax (convert*.py), lowers it to TvmCall nodes
-(lower.py) and replays the graph with them (rewrite.py), keeping TF's nodes where TVM cannot
-run or is slower (measure.py); loop and branch bodies go the same way (control_flow.py).
-`function_pass.py` runs that pipeline on the graphs TF instantiates, for `tftvm.enable()`;
-`whole.py` converts a whole graph for `tftvm.compile_model`.
+- `tfgraph/`: TF-side helpers (freeze, inline calls, order, tensor names, called functions);
+- `frontend/`: TF node -> Relax (the converter table, `register_converter`, the converters);
+- `lowering/`: a Relax program -> tftvm kernels (legalizations, folding, fusion);
+- `offload/`: the pipeline that marks, partitions, converts, compiles and replays a graph,
+  with the safety net, the report and loop and branch bodies;
+- entry points: `optimize.py` (`tftvm.optimize`), `adaptive.py` (optimize without a
+  signature), `function_pass.py` (`tftvm.enable()`'s pass) and `whole.py` (a whole graph for
+  `tftvm.compile_model`).
+
+`register_converter` is the public hook for converters of TF ops tftvm lacks (or replaces).
 """
+from .frontend import CONVERTERS, Context, ShapeValue, Unsupported, register_converter, same_dims
+
+__all__ = ["CONVERTERS", "Context", "ShapeValue", "Unsupported", "register_converter", "same_dims"]

@@ -12,6 +12,8 @@ import logging
 
 import tensorflow as tf
 
+from .. import tunable
+
 log = logging.getLogger(__name__)
 
 
@@ -70,6 +72,15 @@ class AdaptiveOptimized:
         for signature, variant in self._variants.items():
             new._variants[signature] = variant.rebuilt(**options)
         return new
+
+    def tuning(self, shapes=None) -> tunable.Tuning:
+        """What `tftvm.tune` tunes: the kernels of the variants compiled so far."""
+        tunable.no_shapes(shapes)
+        kernels = self.kernels()
+        if not kernels:
+            raise ValueError("tftvm.tune: this tftvm.optimize result (no input_signature) has compiled nothing "
+                             "yet: call it at the input shapes to tune for, then tune it")  # fmt: skip
+        return tunable.of_ops(kernels, self.rebuilt, self)
 
     def report(self) -> str:
         parts = [f"{len(self._variants)} compiled variants ({self.compiles} compiles)"]

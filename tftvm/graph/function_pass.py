@@ -12,10 +12,13 @@ import dataclasses
 import logging
 import time
 
-from . import control_flow, mark, measure
-from .convert import CONVERTERS, tensor_name
-from .inline import inline_calls
-from .freeze import FrozenGraph, fold_constants, imported, with_handle_data
+from .frontend import CONVERTERS
+from .frontend.support import NOT_COMPUTE
+from .offload import control_flow, report, safety_net
+from .offload.pipeline import offload
+from .tfgraph.freeze import FrozenGraph, fold_constants, imported, with_handle_data
+from .tfgraph.inline import inline_calls
+from .tfgraph.names import tensor_name
 
 log = logging.getLogger(__name__)
 
@@ -62,15 +65,12 @@ def rewrite(graph_def_bytes: bytes, function_def_bytes: bytes, options: dict) ->
 def _rewrite(graph_def_bytes, function_def, options):
     import tensorflow as tf
 
-    from . import report
-    from .optimize import offload
-
     name = function_def.signature.name
     start = time.perf_counter()
     # Keras calls its step function from another (train_function -> one_step_on_data): TF
     # inlines such calls only after this pass, so the pass inlines them itself.
     graph_def = inline_calls(tf.compat.v1.GraphDef.FromString(graph_def_bytes))
-    if not any(n.op in CONVERTERS and n.op not in mark.NOT_COMPUTE or n.op in control_flow.BODY_ATTRS
+    if not any(n.op in CONVERTERS and n.op not in NOT_COMPUTE or n.op in control_flow.BODY_ATTRS
                for n in graph_def.node):  # fmt: skip
         return b"", None  # nothing TVM could convert: not worth building a Python graph
     log.info("%s: %d nodes, converting what TVM can run (first call of this graph)", name, len(graph_def.node))
@@ -80,8 +80,8 @@ def _rewrite(graph_def_bytes, function_def, options):
     # Loop and branch bodies (an RNN's time step) first, as optimize does: the While stays a
     # TF node calling an optimized body function, which TF then lowers into the graph.
     if _updates_variables(graph_def):  # a training step: TVM stays where it clearly wins
-        in_loops = dict(options, tvm_must_win_by=measure.TRAINING_LOOP_MARGIN)
-        options = dict(options, tvm_must_win_by=measure.TRAINING_STEP_MARGIN)
+        in_loops = dict(options, tvm_must_win_by=safety_net.TRAINING_LOOP_MARGIN)
+        options = dict(options, tvm_must_win_by=safety_net.TRAINING_STEP_MARGIN)
     else:  # an inference graph: its variables hold still between calls
         options = in_loops = dict(options, memoize_weights=True)
     frozen, bodies = control_flow.optimize_bodies(frozen, lambda body: offload(body, **in_loops))

@@ -1,6 +1,6 @@
 """A whole frozen TF graph as one Relax function; ops without a converter call back into TF.
 
-Every node goes through the converter table (convert.py). A node that has no
+Every node goes through the converter table (frontend/). A node that has no
 converter, or whose converter refuses it, becomes a `call_pure_packed` to a
 global function that runs just that node in TF, on the VM's tensors through
 DLPack. Nodes joined by values the VM cannot hold (TensorList variants,
@@ -15,9 +15,11 @@ import logging
 import uuid
 from collections import defaultdict
 
-from . import convert
-from .mark import SUPPORTED_DTYPES, reason_unsupported
-from .order import postorder
+from .frontend.driver import convert_node, relax_param
+from .frontend.registry import Context, ShapeValue, merge_symbols
+from .frontend.support import SUPPORTED_DTYPES, reason_unsupported
+from .tfgraph.names import tensor_inputs
+from .tfgraph.order import postorder
 
 log = logging.getLogger(__name__)
 
@@ -128,16 +130,16 @@ def to_relax(frozen, run_in_tf, deny=frozenset()):
     bb = relax.BlockBuilder()
     params, env = [], {}
     for i, t in enumerate(frozen.inputs):
-        params.append(convert.relax_param(i, t.dtype.name, t.shape.as_list()))
+        params.append(relax_param(i, t.dtype.name, t.shape.as_list()))
         env[t.name] = params[-1]
-    ctx = convert.Context({}, bb)
+    ctx = Context({}, bb)
     with bb.function("main", params):
         with bb.dataflow():  # a dataflow block: what FuseOps fuses
             fallbacks = _convert_nodes(bb, ctx, frozen, env, run_in_tf, deny)
             outputs = [env[t.name] for t in frozen.outputs]
             out = bb.emit_output(outputs[0] if len(outputs) == 1 else relax.Tuple(outputs))
         bb.emit_func_output(out)
-    return convert.merge_symbols(bb.get(), ctx), fallbacks
+    return merge_symbols(bb.get(), ctx), fallbacks
 
 
 def _convert_nodes(bb, ctx, frozen, env, run_in_tf, deny) -> list[Fallback]:
@@ -167,7 +169,7 @@ def _convert_nodes(bb, ctx, frozen, env, run_in_tf, deny) -> list[Fallback]:
         if reason is None and node.op in deny:
             reason = "in the deny list"
         if reason is None:
-            reason = convert.convert_node(ctx, env, node)
+            reason = convert_node(ctx, env, node)
             if reason is None:
                 continue
         fallbacks.append(_fall_back(bb, frozen, env, run_in_tf, prefix, [node], reason))
@@ -194,7 +196,7 @@ def _fall_back(bb, frozen, env, run_in_tf, prefix, unit, reason) -> Fallback:
     names = {n.name for n in unit}
     feeds, fetches, outputs = [], [], []
     for n in unit:
-        for t in (convert.tensor_name(i) for i in n.input if not i.startswith("^")):
+        for t in tensor_inputs(n):
             # An island computes its constants itself: TF's shape functions need their values.
             is_const = graph.get_tensor_by_name(t).op.type == "Const" and len(unit) > 1
             if t.split(":")[0] not in names and t in env and t not in feeds and not is_const:
@@ -221,7 +223,7 @@ def _materialize(value):
     """A value the VM can pass to TF: shape values (kept symbolic by the converters) become tensors."""
     from tvm import relax
 
-    if isinstance(value, convert.ShapeValue):
+    if isinstance(value, ShapeValue):
         tensor = relax.op.shape_to_tensor(relax.ShapeExpr(list(value)))
         return relax.op.reshape(tensor, []) if value.scalar else tensor
     return value

@@ -19,8 +19,8 @@ import dataclasses
 import itertools
 import logging
 
-from .freeze import FrozenGraph, imported, with_handle_data
-from .mark import NOT_COMPUTE
+from ..tfgraph.freeze import FrozenGraph, imported, with_handle_data
+from ..frontend.support import NOT_COMPUTE
 
 log = logging.getLogger(__name__)
 
@@ -202,7 +202,7 @@ def _with_constants(body, constants, keep):
     (the tensors in `keep` stay)."""
     import tensorflow as tf
 
-    from .freeze import fold_constants
+    from ..tfgraph.freeze import fold_constants
 
     out = tf.compat.v1.GraphDef()
     out.CopyFrom(body)

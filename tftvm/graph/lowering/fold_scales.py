@@ -5,7 +5,7 @@ A frozen graph gets this from grappler (TF's constant folding pushes a constant 
 conv's filter). Under enable() a batch norm's scale, rsqrt(variance + eps) * gamma, comes from
 variables, so the conv's epilogue multiplied every output element by it: MobileNetV2's kernels
 ran ~20% slower than frozen. Folded, `w * s` depends on weights alone, which
-LiftTransformParams moves out of the activation kernels (lower.RelaxProgram).
+LiftTransformParams moves out of the activation kernels (program.RelaxProgram).
 """
 from __future__ import annotations
 

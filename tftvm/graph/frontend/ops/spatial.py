@@ -3,24 +3,10 @@ from __future__ import annotations
 
 import numpy as np
 
-from .convert import Unsupported, _nhwc_only, _relax, _shape_operand, _static_dims, converts
+from tvm import relax
 
-
-def _same_pad(size: int, k: int, s: int, d: int) -> tuple[int, int]:
-    """TF's SAME padding (before, after) of one spatial dim of a forward conv over `size`."""
-    total = max((-(-size // s) - 1) * s + (k - 1) * d + 1 - size, 0)
-    return total // 2, total - total // 2
-
-
-def _pads(ctx, node, sizes, window, strides, dilations) -> list[tuple[int, int]]:
-    """(before, after) per spatial dim for TF's SAME / VALID / EXPLICIT padding."""
-    padding = ctx.attr(node, "padding")
-    if padding == "VALID":
-        return [(0, 0)] * len(sizes)
-    if padding == "EXPLICIT":
-        p = [int(v) for v in ctx.attr(node, "explicit_paddings")]
-        return [(p[2 * i + 2], p[2 * i + 3]) for i in range(len(sizes))]
-    return [_same_pad(*dim) for dim in zip(sizes, window, strides, dilations)]
+from ..helpers import nhwc_only, shape_operand, static_dims, window_pads
+from ..registry import Unsupported, register_converter
 
 
 def _ints(dims, what: str) -> list[int]:
@@ -32,18 +18,18 @@ def _ints(dims, what: str) -> list[int]:
     return [int(d) for d in dims]
 
 
-@converts("Conv2DBackpropInput")
+@register_converter("Conv2DBackpropInput")
 def _conv2d_backprop_input(ctx, node, sizes, w, dy):
-    _nhwc_only(ctx, node)
+    nhwc_only(ctx, node)
     if any(d != 1 for d in ctx.attr(node, "dilations") or [1]):
         raise Unsupported("Conv2DBackpropInput with dilations (TF's CPU kernel rejects them too)")
-    out_h, out_w, out_c = _ints(_shape_operand(ctx, node, 0, sizes)[1:], "Conv2DBackpropInput output H, W, C")
-    kh, kw, cout, cin = _static_dims(w, "Conv2DBackpropInput filter")
-    in_h, in_w, in_c = _static_dims(dy, "Conv2DBackpropInput", (1, 2, 3))[1:]
+    out_h, out_w, out_c = _ints(shape_operand(ctx, node, 0, sizes)[1:], "Conv2DBackpropInput output H, W, C")
+    kh, kw, cout, cin = static_dims(w, "Conv2DBackpropInput filter")
+    in_h, in_w, in_c = static_dims(dy, "Conv2DBackpropInput", (1, 2, 3))[1:]
     if (cout, cin) != (out_c, in_c):
         raise Unsupported(f"grouped Conv2DBackpropInput (filter {[kh, kw, cout, cin]}, channels {out_c}, {in_c})")
     strides = ctx.attr(node, "strides")[1:3]
-    pads = _pads(ctx, node, (out_h, out_w), (kh, kw), strides, (1, 1))
+    pads = window_pads(ctx, node, (out_h, out_w), (kh, kw), strides, (1, 1))
     # The transposed conv is the forward conv's full gradient (size (in - 1) * s + k), cropped to
     # the output: `before` at the start, the rest at the end, or output_padding when that is short.
     crops, extra = [], []
@@ -55,7 +41,7 @@ def _conv2d_backprop_input(ctx, node, sizes, w, dy):
             raise Unsupported(f"Conv2DBackpropInput with padding {(before, after)} past the filter size {k}")
         crops.append((before, max(end, 0)))
         extra.append(max(-end, 0))
-    op = _relax().op
+    op = relax.op
     # TOPI lowers only NCHW data with an IOHW kernel; TF's filter is (h, w, out, in).
     y = op.nn.conv2d_transpose(op.permute_dims(dy, [0, 3, 1, 2]), op.permute_dims(w, [3, 2, 0, 1]),
                                strides=strides, padding=(crops[0][0], crops[1][0], crops[0][1], crops[1][1]),
@@ -63,24 +49,24 @@ def _conv2d_backprop_input(ctx, node, sizes, w, dy):
     return op.permute_dims(y, [0, 2, 3, 1])
 
 
-@converts("Conv3D")
+@register_converter("Conv3D")
 def _conv3d(ctx, node, x, w):
     if ctx.attr(node, "data_format", "NDHWC") != "NDHWC":
         raise Unsupported(f"Conv3D with data_format {ctx.attr(node, 'data_format')}")
     strides, dil = ctx.attr(node, "strides")[1:4], (ctx.attr(node, "dilations") or [1] * 5)[1:4]
-    kd, kh, kw, cin, _ = _static_dims(w, "Conv3D filter")
-    dims = _static_dims(x, "Conv3D", (1, 2, 3, 4))
+    kd, kh, kw, cin, _ = static_dims(w, "Conv3D filter")
+    dims = static_dims(x, "Conv3D", (1, 2, 3, 4))
     if dims[4] != cin:
         raise Unsupported(f"grouped Conv3D (input channels {dims[4]}, filter channels {cin})")
-    pads = _pads(ctx, node, dims[1:4], (kd, kh, kw), strides, dil)
-    return _relax().op.nn.conv3d(x, w, strides=strides, padding=[p[0] for p in pads] + [p[1] for p in pads],
+    pads = window_pads(ctx, node, dims[1:4], (kd, kh, kw), strides, dil)
+    return relax.op.nn.conv3d(x, w, strides=strides, padding=[p[0] for p in pads] + [p[1] for p in pads],
                                  dilation=dil, data_layout="NDHWC", kernel_layout="DHWIO")  # fmt: skip
 
 
 def _resize_size(ctx, node, x, size) -> tuple[list[int], list[int]]:
     """(input H, W), (output H, W) of a resize, all static."""
-    out = _ints(_shape_operand(ctx, node, 1, size), f"{node.op} size")
-    return _static_dims(x, node.op, (1, 2))[1:3], out
+    out = _ints(shape_operand(ctx, node, 1, size), f"{node.op} size")
+    return static_dims(x, node.op, (1, 2))[1:3], out
 
 
 def _resize_flags(ctx, node) -> tuple[bool, bool]:
@@ -90,12 +76,12 @@ def _resize_flags(ctx, node) -> tuple[bool, bool]:
     return align, half
 
 
-@converts("ResizeBilinear")
+@register_converter("ResizeBilinear")
 def _resize_bilinear(ctx, node, x, size):
     align, half = _resize_flags(ctx, node)
     _, out = _resize_size(ctx, node, x, size)
     mode = "align_corners" if align else "half_pixel" if half else "asymmetric"
-    op = _relax().op
+    op = relax.op
     # TF's output is float32 whatever the input; its taps are read as float.
     x = op.astype(x, "float32")
     # align_corners divides by size - 1; for a size of 1 TF takes pixel 0, the first of a size of 2.
@@ -114,13 +100,12 @@ def _nearest_indices(in_size: int, out_size: int, align: bool, half: bool) -> np
     return np.clip(idx, 0, in_size - 1).astype("int64")
 
 
-@converts("ResizeNearestNeighbor")
+@register_converter("ResizeNearestNeighbor")
 def _resize_nearest(ctx, node, x, size):
     align, half = _resize_flags(ctx, node)
     (in_h, in_w), (out_h, out_w) = _resize_size(ctx, node, x, size)
     # A gather with TF's own indices: TOPI's nearest resize floors with an epsilon and rounds
     # halves to even, so it can pick a different pixel than TF at exact ties.
-    relax = _relax()
     rows = relax.op.take(x, relax.const(_nearest_indices(in_h, out_h, align, half)), axis=1)
     return relax.op.take(rows, relax.const(_nearest_indices(in_w, out_w, align, half)), axis=2)
 
@@ -130,15 +115,15 @@ def _block_args(ctx, node, x) -> tuple[list[int], list[tuple[int, int]], list]:
     block = [int(b) for b in np.asarray(ctx.constant(node, 1)).reshape(-1)]
     pairs = np.asarray(ctx.constant(node, 2)).reshape(-1, 2).tolist()
     spatial = range(1, 1 + len(block))
-    known = _static_dims(x, node.op, spatial)
+    known = static_dims(x, node.op, spatial)
     dims = [known[a] if a in spatial else d for a, d in enumerate(x.ty.shape)]
     return block, [(int(a), int(b)) for a, b in pairs], dims
 
 
-@converts("SpaceToBatchND")
+@register_converter("SpaceToBatchND")
 def _space_to_batch(ctx, node, x, block_shape, paddings):
     block, pads, dims = _block_args(ctx, node, x)
-    m, op = len(block), _relax().op
+    m, op = len(block), relax.op
     padded = [dims[1 + i] + sum(pads[i]) for i in range(m)]  # TF's shape check: divisible by block
     rest = dims[1 + m:]
     x = op.nn.pad(x, [0, 0] + [p for pair in pads for p in pair] + [0, 0] * len(rest))
@@ -150,10 +135,10 @@ def _space_to_batch(ctx, node, x, block_shape, paddings):
     return op.reshape(op.permute_dims(op.reshape(x, split), perm), [batch] + outer + rest)
 
 
-@converts("BatchToSpaceND")
+@register_converter("BatchToSpaceND")
 def _batch_to_space(ctx, node, x, block_shape, crops):
     block, crops, dims = _block_args(ctx, node, x)
-    m, op = len(block), _relax().op
+    m, op = len(block), relax.op
     rest = dims[1 + m:]
     batch = dims[0] // int(np.prod(block))
     split = block + [batch] + dims[1:]
@@ -165,28 +150,28 @@ def _batch_to_space(ctx, node, x, block_shape, crops):
     return op.strided_slice(y, axes, [c[0] for c in crops], [f - c[1] for f, c in zip(full, crops)])
 
 
-@converts("DepthToSpace")
+@register_converter("DepthToSpace")
 def _depth_to_space(ctx, node, x):
-    _nhwc_only(ctx, node)
-    b, op = int(ctx.attr(node, "block_size")), _relax().op
+    nhwc_only(ctx, node)
+    b, op = int(ctx.attr(node, "block_size")), relax.op
     n, h, w = list(x.ty.shape)[:3]
-    c = _static_dims(x, "DepthToSpace", (3,))[3]
+    c = static_dims(x, "DepthToSpace", (3,))[3]
     # TF's depth index is (row offset * b + column offset) * C' + c: DCR order.
     y = op.permute_dims(op.reshape(x, [n, h, w, b, b, c // (b * b)]), [0, 1, 3, 2, 4, 5])
     return op.reshape(y, [n, h * b, w * b, c // (b * b)])
 
 
-@converts("SpaceToDepth")
+@register_converter("SpaceToDepth")
 def _space_to_depth(ctx, node, x):
-    _nhwc_only(ctx, node)
-    b, op = int(ctx.attr(node, "block_size")), _relax().op
+    nhwc_only(ctx, node)
+    b, op = int(ctx.attr(node, "block_size")), relax.op
     n = x.ty.shape[0]
-    h, w, c = _static_dims(x, "SpaceToDepth", (1, 2, 3))[1:]
+    h, w, c = static_dims(x, "SpaceToDepth", (1, 2, 3))[1:]
     y = op.permute_dims(op.reshape(x, [n, h // b, b, w // b, b, c]), [0, 1, 3, 2, 4, 5])
     return op.reshape(y, [n, h // b, w // b, b * b * c])
 
 
-@converts("MirrorPad")
+@register_converter("MirrorPad")
 def _mirror_pad(ctx, node, x, paddings):
     mode = ctx.attr(node, "mode")
     if mode not in ("REFLECT", "SYMMETRIC"):
@@ -194,8 +179,8 @@ def _mirror_pad(ctx, node, x, paddings):
     skip = 1 if mode == "REFLECT" else 0  # REFLECT leaves the edge out of the mirror
     pads = np.asarray(ctx.constant(node, 1)).reshape(-1, 2).tolist()
     padded = [a for a, p in enumerate(pads) if any(p)]
-    dims = _static_dims(x, "MirrorPad", padded)
-    op = _relax().op
+    dims = static_dims(x, "MirrorPad", padded)
+    op = relax.op
     for a in padded:
         (lo, hi), n = pads[a], dims[a]
         if max(lo, hi) > n - skip:  # TF rejects it too

@@ -1,7 +1,9 @@
-"""Mark: can TVM take this node? Each answer comes with the reason."""
+"""Support: can TVM take this node? Each answer comes with the reason, decided before
+partitioning from the node's op, dtypes, ranks and device."""
 from __future__ import annotations
 
-from .convert import CONVERTERS
+from . import ops  # noqa: F401  (fills the converter table)
+from .registry import CONVERTERS
 
 SUPPORTED_DTYPES = {"float16", "bfloat16", "float32", "float64", "int8", "int16", "int32", "int64",
                     "uint8", "uint16", "uint32", "uint64", "bool"}  # fmt: skip

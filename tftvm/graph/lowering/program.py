@@ -127,7 +127,7 @@ class RelaxProgram:
                  memoize_weights: bool = False):  # fmt: skip
         import tensorflow as tf
 
-        from ..op import op
+        from ...op import op
         from . import fold_scales, pack_weights
 
         self.name = name

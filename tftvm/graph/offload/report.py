@@ -4,8 +4,8 @@ from __future__ import annotations
 import dataclasses
 from collections import Counter
 
-from .mark import NOT_COMPUTE
-from .rewrite import functions_called
+from ..frontend.support import NOT_COMPUTE
+from ..tfgraph.functions import functions_called
 
 
 @dataclasses.dataclass(frozen=True)

@@ -29,7 +29,10 @@ import time
 import numpy as np
 import tensorflow as tf
 
-from .. import cache_dir
+from ... import cache_dir
+from ..tfgraph.functions import graph_runner
+from ..tfgraph.names import without_control_inputs
+from .report import timings_text
 
 log = logging.getLogger(__name__)
 
@@ -98,7 +101,7 @@ def dynamic_inputs(step, frozen) -> tuple[int, ...]:
 
 
 def compare(step, frozen, graph_def, dim: int) -> Timing:
-    """`step` (a compiled rewrite.ClusterStep of `frozen`, its own nodes `graph_def`: see
+    """`step` (a compiled replay.ClusterStep of `frozen`, its own nodes `graph_def`: see
     subgraph) timed in TVM and in TF, its `None` dims at `dim`."""
     inputs = random_inputs([tf.TensorSpec(frozen.tensor(t).shape, frozen.tensor(t).dtype) for t in step.inputs], dim)
     specs = [tf.TensorSpec(x.shape, x.dtype) for x in inputs]
@@ -222,22 +225,9 @@ def _repeated(run, repeats: int, inputs):
 
 def subgraph(step, frozen):
     """The cluster's own nodes as a GraphDef (their inputs from outside fed by input_map)."""
-    from .rewrite import without_control_inputs
-
     graph_def = tf.compat.v1.GraphDef(node=[without_control_inputs(n) for n in step.nodes])
     graph_def.versions.CopyFrom(frozen.graph_def.versions)
     return graph_def
-
-
-def graph_runner(graph_def, inputs, outputs):
-    """A function of TF tensors that runs `graph_def` fed at tensor names `inputs`, giving
-    the tensors named `outputs` (a cluster's nodes, or a whole frozen model)."""
-
-    def run(*args):
-        return tf.graph_util.import_graph_def(graph_def, input_map=dict(zip(inputs, args)),
-                                              return_elements=list(outputs), name="")  # fmt: skip
-
-    return run
 
 
 def _random(spec, seed: int):
@@ -299,3 +289,37 @@ def _write(key: str, timings: list[Timing]) -> None:
         cache_dir.atomic_write(_path(key), json.dumps(data).encode())
     except OSError as err:
         log.warning("could not write the timing cache: %s", err)
+
+
+def keep_faster(step, frozen, reasons, tvm_must_win_by=None) -> None:
+    """The safety net: a cluster that TF runs faster than its TVM kernels stays in TF; one
+    with `None` dims is timed with them at 1 and at 8, and where the verdicts differ, both
+    sides stay in the graph behind a switch on the inputs' size. With `tvm_must_win_by`,
+    TVM stays only where it is that many times faster at every size measured."""
+    dynamic = dynamic_inputs(step, frozen)
+    graph_def = subgraph(step, frozen)  # the cluster's constants: copied once, not per size
+    for dim in [MEASURE_DIM] + ([LARGE_DIM] if dynamic else []):
+        try:
+            step.timings[dim] = compare(step, frozen, graph_def, dim)
+        except Exception as err:  # a failed measurement keeps TVM, which is correct, just unmeasured
+            log.warning("cluster %d could not be timed against TF with None dims at %d (%s); that size runs "
+                        "as the others do", step.index, dim, err)  # fmt: skip
+    if not step.timings:
+        return
+    times = timings_text(step)
+    if tvm_must_win_by is not None:
+        if not all(t.tvm_seconds * tvm_must_win_by < t.tf_seconds for t in step.timings.values()):
+            log.info("cluster %d stays in TF: TVM is not %.2fx as fast (%s)", step.index, tvm_must_win_by, times)
+            step.program = None
+            for n in step.nodes:
+                reasons[n.name] = f"TVM is not {tvm_must_win_by:.2f}x as fast as TF, as a training step asks ({times})"
+        return
+    step.switch = size_switch(step, frozen, graph_def, dynamic)
+    if step.switch is not None:
+        log.info("cluster %d: TF is faster %s, TVM otherwise (%s)", step.index,
+                 "for large inputs" if step.switch.tf_when_large else "for small inputs", times)  # fmt: skip
+    elif all(t.tf_faster for t in step.timings.values()):
+        log.info("cluster %d stays in TF, which is faster: %s", step.index, times)
+        step.program = None
+        for n in step.nodes:
+            reasons[n.name] = f"TF runs its cluster faster ({times})"

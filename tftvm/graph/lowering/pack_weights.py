@@ -75,7 +75,7 @@ def _packable(call) -> int | None:
     tiles with pad_einsum, which refuses the packed index j // width, j % width.)"""
     from tvm import tirx
 
-    from ..schedule import tile_width, vector_lanes
+    from ...schedule import tile_width, vector_lanes
 
     attrs, weights = call.attrs, call.args[1]
     if (attrs.data_layout, attrs.kernel_layout, attrs.out_layout) != ("NHWC", "HWIO", "NHWC") or int(attrs.groups) != 1:

@@ -1,9 +1,12 @@
-"""TF gather/scatter, segment, sort/scan, range and shape-broadcast ops -> Relax converters."""
+"""Converters for TF's gather/scatter, segment, sort/scan, range and shape-broadcast ops."""
 from __future__ import annotations
 
 import numpy as np
 
-from .convert import ShapeValue, Unsupported, _relax, _shape_operand, _simplify, _static_dims, converts, dims_equal
+from tvm import relax
+
+from ..helpers import dims_equal, shape_operand, simplify, static_dims
+from ..registry import ShapeValue, Unsupported, register_converter
 
 
 def _is_int(dtype: str) -> bool:
@@ -16,7 +19,7 @@ def _check_bad_indices_policy(ctx, node, allowed=("", "DEFAULT", "ERROR")):
         raise Unsupported(f"{node.op} with bad_indices_policy {policy}")
 
 
-@converts("GatherNd")
+@register_converter("GatherNd")
 def _gather_nd(ctx, node, params, indices):
     _check_bad_indices_policy(ctx, node)
     # Relax takes TF's layout (the last axis of indices holds each coordinate), in int64 only.
@@ -36,7 +39,7 @@ def _gather_nd(ctx, node, params, indices):
 
         return te.compute(idx.shape, clamp, name="in_bounds")
 
-    return _relax().op.gather_nd(params, ctx.bb.call_te(in_bounds, params, indices))
+    return relax.op.gather_nd(params, ctx.bb.call_te(in_bounds, params, indices))
 
 
 def _scatter(ctx, indices, updates, lead, mode: str, identity):
@@ -63,7 +66,7 @@ def _scatter(ctx, indices, updates, lead, mode: str, identity):
     return ctx.bb.call_te(kernel, indices, updates)
 
 
-@converts("ScatterNd")
+@register_converter("ScatterNd")
 def _scatter_nd(ctx, node, indices, updates, shape):
     # Out-of-range indices are skipped, which is also what bad_indices_policy IGNORE asks for.
     _check_bad_indices_policy(ctx, node, ("", "DEFAULT", "ERROR", "IGNORE"))
@@ -90,7 +93,7 @@ def _reduction(kind: str, dtype: str):
             "Min": ("min", high)}[kind]  # fmt: skip
 
 
-@converts("UnsortedSegmentSum", "UnsortedSegmentProd", "UnsortedSegmentMax", "UnsortedSegmentMin")
+@register_converter("UnsortedSegmentSum", "UnsortedSegmentProd", "UnsortedSegmentMax", "UnsortedSegmentMin")
 def _unsorted_segment(ctx, node, data, ids, num_segments):
     num = int(ctx.constant(node, 2))
     k = len(ids.ty.shape)
@@ -99,10 +102,10 @@ def _unsorted_segment(ctx, node, data, ids, num_segments):
                           "(TF checks it at run time; the kernel would read past data)")  # fmt: skip
     mode, identity = _reduction(node.op.removeprefix("UnsortedSegment"), ctx.attr(node, "T"))
     # Negative ids are dropped, as TF does; ids >= num_segments too (TF raises on those).
-    return _scatter(ctx, ctx.bb.emit(_relax().op.expand_dims(ids, -1)), data, [num], mode, identity)
+    return _scatter(ctx, ctx.bb.emit(relax.op.expand_dims(ids, -1)), data, [num], mode, identity)
 
 
-@converts("SegmentSum", "SegmentMean", "SegmentProd", "SegmentMax", "SegmentMin")
+@register_converter("SegmentSum", "SegmentMean", "SegmentProd", "SegmentMax", "SegmentMin")
 def _segment(ctx, node, data, ids):
     try:
         ids = np.asarray(ctx.constant(node, 1))
@@ -111,9 +114,9 @@ def _segment(ctx, node, data, ids):
                           "+ 1) would depend on the data") from None  # fmt: skip
     if ids.ndim != 1 or not ids.size or ids[0] < 0 or np.any(np.diff(ids) < 0):
         raise Unsupported(f"{node.op} segment_ids must be non-empty, non-negative and sorted (TF raises)")
-    if _static_dims(data, node.op, (0,))[0] != ids.size:
+    if static_dims(data, node.op, (0,))[0] != ids.size:
         raise Unsupported(f"{node.op} segment_ids and data's first dim differ (TF raises)")
-    relax, kind, dtype = _relax(), node.op.removeprefix("Segment"), ctx.attr(node, "T")
+    kind, dtype = node.op.removeprefix("Segment"), ctx.attr(node, "T")
     num = int(ids[-1]) + 1
     mode, identity = _reduction(kind, dtype)
     out = _scatter(ctx, relax.const(ids.reshape(-1, 1)), data, [num], mode, identity)
@@ -125,16 +128,16 @@ def _segment(ctx, node, data, ids):
     return out
 
 
-@converts("OneHot")
+@register_converter("OneHot")
 def _one_hot(ctx, node, indices, depth, on_value, off_value):
     from tvm import tirx
 
-    relax, dtype = _relax(), ctx.attr(node, "T")
+    dtype = ctx.attr(node, "T")
     on, off = (relax.prim_value(tirx.const(ctx.constant(node, i).item(), dtype)) for i in (2, 3))
     return relax.op.one_hot(indices, on, off, int(ctx.constant(node, 1)), int(ctx.attr(node, "axis", -1)))
 
 
-def _const_range(start, limit, delta, dtype: str):
+def const_range(start, limit, delta, dtype: str):
     """TF's Range on constants: its size rule and start + i * delta, computed in `dtype`."""
     start, limit, delta = (np.asarray(v, dtype).item() for v in (start, limit, delta))
     if delta == 0 or (delta > 0 and start > limit) or (delta < 0 and start < limit):
@@ -147,21 +150,21 @@ def _const_range(start, limit, delta, dtype: str):
     return t(start) + np.arange(size).astype(dtype) * t(delta)
 
 
-@converts("Range")
+@register_converter("Range")
 def _range(ctx, node, start, limit, delta):
-    relax, dtype = _relax(), ctx.attr(node, "Tidx")
+    dtype = ctx.attr(node, "Tidx")
     if not isinstance(limit, ShapeValue):
         values = [ctx.constant(node, i) for i in range(3)]
-        return relax.const(_const_range(*values, dtype))
+        return relax.const(const_range(*values, dtype))
     if not (_is_int(dtype) and limit.scalar) or any(isinstance(v, ShapeValue) for v in (start, delta)):
         raise Unsupported("Range over a shape value needs an int scalar limit and constant start and delta")
     start, delta = int(ctx.constant(node, 0)), int(ctx.constant(node, 2))
-    if (start, delta) != (0, 1):  # other sizes are dim expressions, which lower.py cannot pass yet
+    if (start, delta) != (0, 1):  # other sizes are dim expressions, which lowering/program.py cannot pass yet
         raise Unsupported(f"Range to a symbolic limit needs start 0 and delta 1, got {start}, {delta}")
-    return relax.op.arange(0, _simplify(limit[0]), 1, dtype)
+    return relax.op.arange(0, simplify(limit[0]), 1, dtype)
 
 
-@converts("Cumsum")
+@register_converter("Cumsum")
 def _cumsum(ctx, node, x, axis):
     from tvm import topi
 
@@ -182,16 +185,16 @@ def _cumsum(ctx, node, x, axis):
 _TOPK_DTYPES = {"float16", "float32", "float64", "int8", "uint8", "int32", "int64"}
 
 
-@converts("TopKV2")
+@register_converter("TopKV2")
 def _top_k(ctx, node, x, k):
     from tvm import topi
 
-    relax, dtype = _relax(), ctx.attr(node, "T")
+    dtype = ctx.attr(node, "T")
     if not ctx.attr(node, "sorted", True):
         raise Unsupported("TopKV2 with sorted=False: TF then returns its heap's order, not a sorted one")
     if dtype not in _TOPK_DTYPES:
         raise Unsupported(f"TopKV2 of {dtype}: TVM's sort library sorts only {sorted(_TOPK_DTYPES)}")
-    k, n = int(ctx.constant(node, 1)), _static_dims(x, "TopKV2", (len(x.ty.shape) - 1,))[-1]
+    k, n = int(ctx.constant(node, 1)), static_dims(x, "TopKV2", (len(x.ty.shape) - 1,))[-1]
     if not 1 <= k <= n:  # TF raises for k > n; TVM reads k < 1 as "all"
         raise Unsupported(f"TopKV2 with k={k} outside [1, {n}]")
     both = ctx.bb.emit(ctx.bb.call_te(topi.topk, x, k=k, axis=-1, ret_type="both", is_ascend=False,
@@ -199,30 +202,44 @@ def _top_k(ctx, node, x, k):
     return [relax.TupleGetItem(both, 0), relax.TupleGetItem(both, 1)]
 
 
-@converts("Where")
+@register_converter("Where")
 def _where(ctx, node, x):
     raise Unsupported("Where (coordinates of true elements): its output length depends on the data, "
                       "and tftvm runs each kernel as a TF op whose output shapes follow from its "
                       "input shapes")  # fmt: skip
 
 
-@converts("Unpack")
+@register_converter("Unpack")
 def _unpack(ctx, node, x):
     if isinstance(x, ShapeValue):  # tf.unstack(tf.shape(x)): one scalar dim each
         return [ShapeValue([d], scalar=True) for d in x]
-    op, axis = _relax().op, int(ctx.attr(node, "axis", 0)) % len(x.ty.shape)
+    op, axis = relax.op, int(ctx.attr(node, "axis", 0)) % len(x.ty.shape)
     pieces = [op.strided_slice(x, [axis], [i], [i + 1]) for i in range(ctx.attr(node, "num"))]
     return [op.squeeze(p, [axis]) for p in pieces]
 
 
-@converts("BroadcastTo")
+@register_converter("BroadcastTo")
 def _broadcast_to(ctx, node, x, shape):
-    dims = _shape_operand(ctx, node, 1, shape)
-    return _relax().op.broadcast_to(x, [_simplify(d) for d in dims])
+    dims = shape_operand(ctx, node, 1, shape)
+    return relax.op.broadcast_to(x, [simplify(d) for d in dims])
 
 
-@converts("Round")
+@register_converter("Round")
 def _round(ctx, node, x):
     if _is_int(ctx.attr(node, "T")):  # tf.round passes ints through without a Round node
         raise Unsupported("Round of integers: TF's CPU kernel returns zeros for them, not its input")
-    return _relax().op.round(x)  # rounds half to even, as TF does (the tests check every .5)
+    return relax.op.round(x)  # rounds half to even, as TF does (the tests check every .5)
+
+
+@register_converter("GatherV2")
+def _gather(ctx, node, params, indices, axis):
+    axis = int(ctx.constant(node, 2))
+    if ctx.attr(node, "batch_dims", 0):
+        raise Unsupported("GatherV2 with batch_dims")
+    if isinstance(params, ShapeValue):
+        idx = np.asarray(ctx.constant(node, 1))
+        picked = [params[int(i)] for i in idx.reshape(-1)]
+        return ShapeValue(picked, scalar=idx.ndim == 0)
+    # TF rejects an index out of range; a kernel cannot raise, but it must never read outside
+    # `params`: clip, not TVM's default unchecked "fast" mode.
+    return relax.op.take(params, indices, axis=axis, mode="clip")

@@ -1,4 +1,4 @@
-"""Rewrite: replay the frozen graph with each cluster replaced by its tftvm kernels.
+"""Replay the frozen graph with each cluster replaced by its tftvm kernels.
 
 The frozen graph is replayed in topological order of "steps" (single TF nodes
 and whole clusters) inside a new tf.function: a TF node is re-imported with
@@ -11,6 +11,9 @@ from __future__ import annotations
 
 import dataclasses
 
+from ..tfgraph.functions import functions_called, graph_runner, register_functions
+from ..tfgraph.names import tensor_inputs, without_control_inputs
+
 
 @dataclasses.dataclass(eq=False)  # hashed by identity: a step is a node of the schedule
 class ClusterStep:
@@ -21,12 +24,8 @@ class ClusterStep:
     program: object = None  # RelaxProgram once compiled
     compile_seconds: float = 0.0
     error: str | None = None
-    timings: dict = dataclasses.field(default_factory=dict)  # measure.Timing by the size of its None dims
-    switch: object = None  # measure.SizeSwitch where TF is faster at some sizes only
-
-
-def tensor_inputs(node) -> list[str]:
-    return [i if ":" in i else i + ":0" for i in node.input if not i.startswith("^")]
+    timings: dict = dataclasses.field(default_factory=dict)  # safety_net.Timing by the size of its None dims
+    switch: object = None  # safety_net.SizeSwitch where TF is faster at some sizes only
 
 
 def cluster_boundary(nodes, frozen, consumers) -> tuple[list, list]:
@@ -102,8 +101,6 @@ def run_cluster(step, args) -> tuple:
     those are faster at the size of `args`."""
     import tensorflow as tf
 
-    from .measure import graph_runner
-
     def in_tvm():
         result = step.program(*args)
         return tuple(result) if isinstance(result, (tuple, list)) else (result,)
@@ -118,40 +115,3 @@ def run_cluster(step, args) -> tuple:
     size = tf.add_n([tf.size(args[i], out_type=tf.int64) for i in switch.dynamic])
     large, small = (in_tf, in_tvm) if switch.tf_when_large else (in_tvm, in_tf)
     return tuple(tf.cond(size >= switch.elements, large, small))
-
-
-def functions_called(node, library: dict) -> list:
-    """The FunctionDefs of `library` that `node` calls (func attrs: a While's cond and body,
-    an If's branches, ...), and the ones those call, transitively."""
-    found, pending = {}, [node]
-    while pending:
-        n = pending.pop()
-        names = [n.op] if n.op in library else []
-        for attr in n.attr.values():
-            names += [attr.func.name] if attr.HasField("func") else [f.name for f in attr.list.func]
-        for name in names:
-            if name in library and name not in found:
-                found[name] = library[name]
-                pending += library[name].node_def
-    return list(found.values())
-
-
-def register_functions(functions) -> None:
-    """Make `functions` known to the eager context: a traced function that calls them runs
-    there, and a graph's imported library is not registered with it."""
-    from tensorflow.python.eager import context
-
-    ctx = context.context()
-    for fdef in functions:
-        if not ctx.has_function(fdef.signature.name):
-            ctx.add_function_def(fdef)
-
-
-def without_control_inputs(node):
-    import tensorflow as tf
-
-    copy = tf.compat.v1.NodeDef()
-    copy.CopyFrom(node)
-    del copy.input[:]
-    copy.input.extend(i for i in node.input if not i.startswith("^"))
-    return copy

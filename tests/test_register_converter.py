@@ -1,0 +1,75 @@
+"""A user's converter through the public hook, `tftvm.graph.register_converter`: the op then
+runs in TVM on every path, against TF's own op."""
+import numpy as np
+import pytest
+import tensorflow as tf
+import tftvm
+from tftvm.graph import CONVERTERS, register_converter
+from tvm import relax
+
+
+@pytest.fixture(autouse=True)
+def restored_table():
+    saved = dict(CONVERTERS)
+    yield
+    CONVERTERS.clear()
+    CONVERTERS.update(saved)
+
+
+def _in_tf(optimized) -> list[str]:
+    return [op.op for op in optimized.summary().in_tf]
+
+
+def test_a_users_converter_takes_an_op_tftvm_lacks_to_tvm(rng):
+    fn = tf.function(lambda x: tf.atan(x * 2.0) + 1.0)
+    signature = [tf.TensorSpec([None, 5])]
+    assert "Atan" in _in_tf(tftvm.optimize(fn, signature, keep_faster=False))
+
+    @register_converter("Atan")
+    def atan(ctx, node, x):
+        return relax.op.atan(x)
+
+    fast = tftvm.optimize(fn, signature, keep_faster=False)
+    assert fast.summary().in_tf == [] and fast.summary().offloaded == 3
+    x = rng.standard_normal((4, 5)).astype(np.float32)
+    np.testing.assert_allclose(fast(x).numpy(), fn(x).numpy(), rtol=1e-5, atol=1e-6)
+    compiled = tftvm.compile_model(fn, signature, keep_faster=False)
+    assert compiled.summary().in_tf == []
+    np.testing.assert_allclose(np.asarray(compiled(x)), fn(x).numpy(), rtol=1e-5, atol=1e-6)
+
+
+def test_an_op_with_a_converter_is_replaced_only_when_asked(rng):
+    def doubled_tanh(ctx, node, x):
+        return relax.op.multiply(relax.op.tanh(x), relax.const(2.0, "float32"))
+
+    with pytest.raises(ValueError, match=r"\['Tanh'\] already have a converter; pass replace=True"):
+        register_converter("Tanh")(doubled_tanh)
+    register_converter("Tanh", replace=True)(doubled_tanh)
+    fn = tf.function(lambda x: tf.tanh(x) + 1.0)
+    fast = tftvm.optimize(fn, [tf.TensorSpec([3])], keep_faster=False, min_cluster_size=1)
+    assert fast.summary().in_tf == []
+    x = rng.standard_normal(3).astype(np.float32)
+    np.testing.assert_allclose(fast(x).numpy(), 2.0 * np.tanh(x) + 1.0, rtol=1e-5, atol=1e-6)
+
+
+def test_broadcast_makes_two_none_batches_one(rng):
+    """Two inputs with a None batch get two symbolic dims; Relax cannot infer the shape of
+    atan2(y, x) over them, so without broadcast=True the node stays in TF, and with it the
+    dims are made one and the node converts."""
+    fn = tf.function(lambda y, x: tf.atan2(y * 1.0, x * 1.0))
+    signature = [tf.TensorSpec([None, 3]), tf.TensorSpec([None, 3])]
+    y, x = (rng.standard_normal((4, 3)).astype(np.float32) for _ in range(2))
+
+    def atan2(ctx, node, y, x):
+        return relax.op.atan2(y, x)
+
+    register_converter("Atan2")(atan2)
+    fast = tftvm.optimize(fn, signature, keep_faster=False, min_cluster_size=1)
+    assert "Atan2" in _in_tf(fast)
+    reasons = [op.reason for op in fast.summary().in_tf if op.op == "Atan2"]
+    assert "cannot infer the shape" in reasons[0], reasons
+
+    register_converter("Atan2", broadcast=True, replace=True)(atan2)
+    fast = tftvm.optimize(fn, signature, keep_faster=False, min_cluster_size=1)
+    assert fast.summary().in_tf == []
+    np.testing.assert_allclose(fast(y, x).numpy(), np.arctan2(y, x), rtol=1e-5, atol=1e-6)

@@ -1,0 +1,108 @@
+"""The driver: TF nodes -> a Relax function, one converter call per node.
+
+`to_relax` converts a cluster whole: the first node that cannot convert makes it raise
+Unsupported naming that node (optimize's and enable()'s partitioner then takes the node out
+and clusters the rest again). `convert_node` converts one node and says why not instead of
+raising: compile_model's whole-graph conversion (graph/whole.py) then runs that node in TF.
+"""
+from __future__ import annotations
+
+import logging
+
+from ..tfgraph.names import tensor_inputs, tensor_name
+from . import ops  # noqa: F401  (fills the converter table)
+from .registry import CONVERTERS, Context, ShapeValue, Unsupported, merge_symbols
+
+log = logging.getLogger(__name__)
+
+
+def to_relax(nodes, inputs, outputs, constants=None):
+    """A Relax IRModule whose main computes `outputs` from `inputs` over `nodes`.
+
+    nodes: NodeDefs in topological order; inputs: (tensor name, dtype, shape)
+    with None for unknown dims; outputs: tensor names. Const nodes among `nodes`
+    become Relax constants.
+    """
+    import tensorflow as tf
+    from tvm import relax
+
+    constants = dict(constants or {})
+    for node in nodes:
+        if node.op == "Const":
+            constants[node.name + ":0"] = tf.make_ndarray(node.attr["value"].tensor)
+    bb = relax.BlockBuilder()
+    ctx = Context(constants, bb)
+    params, env = [], {}
+    for i, (name, dtype, shape) in enumerate(inputs):
+        params.append(relax_param(i, dtype, shape))
+        env[tensor_name(name)] = params[-1]
+    with bb.function("main", params):
+        with bb.dataflow():
+            for node in nodes:
+                if node.op == "Const":
+                    value = constants[node.name + ":0"]
+                    # relax.const makes float64 arrays float32 unless told the dtype.
+                    env[node.name + ":0"] = relax.const(value, value.dtype.name)
+                    continue
+                if node.op not in CONVERTERS:
+                    raise Unsupported(f"no converter for TF op {node.op}", node.name)
+                why = convert_node(ctx, env, node)
+                if why is not None:
+                    raise Unsupported(why, node.name)
+            result = [env[tensor_name(o)] for o in outputs]
+            if any(isinstance(r, ShapeValue) for r in result):
+                raise Unsupported("a cluster output is a shape value")
+            out = bb.emit_output(result[0] if len(result) == 1 else relax.Tuple(result))
+        bb.emit_func_output(out)
+    return merge_symbols(bb.get(), ctx)
+
+
+def convert_node(ctx, env: dict, node) -> str | None:
+    """Convert `node` (its op has a converter) into `ctx.bb`'s function, its outputs into `env`:
+    None on success, else why it stays in TF. A converter's failure costs this node, never
+    its cluster or model."""
+    data_inputs = tensor_inputs(node)
+    missing = [i for i in data_inputs if i not in env]
+    if missing:  # an input only TF can produce (e.g. a string)
+        return f"input {missing[0]} is not a TVM value"
+    try:
+        bind_outputs(ctx.bb, env, node, CONVERTERS[node.op](ctx, node, *[env[i] for i in data_inputs]))
+        return unknown_shape(env, node)
+    except Unsupported as err:
+        return str(err)
+    except Exception as err:
+        log.warning("converter for %s (%s) failed, it runs in TF: %s: %s", node.name, node.op,
+                    type(err).__name__, err)  # fmt: skip
+        return f"converter failed: {type(err).__name__}: {err}"
+
+
+def relax_param(index: int, dtype: str, shape) -> object:
+    """Graph input `index` as a Relax parameter; a None dim becomes a symbolic one."""
+    from tvm import relax, tirx
+
+    dims = [tirx.Var(f"d{index}_{d}", "int64") if s is None else int(s) for d, s in enumerate(shape)]
+    return relax.Var(f"in{index}", relax.TensorType(dims, dtype))
+
+
+def unknown_shape(env: dict, node) -> str | None:
+    """Why a converted output cannot stay in Relax: its shape is unknown (e.g. `a + b` over
+    two different symbolic batch dims), and Relax's legalization needs every shape."""
+    from tvm import relax
+
+    index = 0
+    while (name := f"{node.name}:{index}") in env:
+        ty = getattr(env[name], "ty", None)
+        if isinstance(ty, relax.TensorType) and ty.shape is None:
+            return f"Relax cannot infer the shape of {name} from its inputs' symbolic dims"
+        index += 1
+    return None
+
+
+def bind_outputs(bb, env: dict, node, value) -> None:
+    """Record a converter's result under the node's output tensor names."""
+    if isinstance(value, list) and not isinstance(value, ShapeValue):  # one per output
+        for i, v in enumerate(value):  # shape values (tf.unstack(tf.shape(x))) stay Python-side
+            env[f"{node.name}:{i}"] = v if isinstance(v, ShapeValue) else bb.emit(v)
+    else:  # shape values stay Python-side; they only ever feed Reshape and friends
+        env[node.name + ":0"] = value if isinstance(value, ShapeValue) else bb.emit(value)
+

@@ -1,0 +1,205 @@
+"""Converters for TF's arithmetic: elementwise math, comparisons, matmuls, reductions, casts
+and selects."""
+from __future__ import annotations
+
+import numpy as np
+from tvm import relax
+
+from ..helpers import dims_equal
+from ..registry import ShapeValue, Unsupported, register_converter, same_dims
+
+
+def _binary(fn_name):
+    def convert(ctx, node, x, y):
+        return getattr(relax.op, fn_name)(x, y)
+
+    return convert
+
+
+def _unary(path):
+    def convert(ctx, node, x):
+        fn = relax.op
+        for part in path.split("."):
+            fn = getattr(fn, part)
+        return fn(x)
+
+    return convert
+
+
+for _tf, _rx in {"Add": "add", "AddV2": "add", "Sub": "subtract", "Mul": "multiply",
+                 "RealDiv": "divide", "Maximum": "maximum", "Minimum": "minimum",
+                 "Pow": "power"}.items():  # fmt: skip
+    register_converter(_tf, broadcast=True)(_binary(_rx))
+
+
+for _tf, _rx in {"Greater": "greater", "GreaterEqual": "greater_equal", "Less": "less",
+                 "LessEqual": "less_equal", "Equal": "equal", "NotEqual": "not_equal",
+                 "LogicalAnd": "logical_and", "LogicalOr": "logical_or"}.items():  # fmt: skip
+    register_converter(_tf, broadcast=True)(_binary(_rx))
+
+
+for _tf, _rx in {"LogicalNot": "logical_not", "Floor": "floor", "Ceil": "ceil", "Sign": "sign",
+                 "Sin": "sin", "Cos": "cos", "ZerosLike": "zeros_like",
+                 "OnesLike": "ones_like"}.items():  # fmt: skip
+    register_converter(_tf)(_unary(_rx))
+
+
+for _tf, _rx in {"Relu": "nn.relu", "Sigmoid": "sigmoid", "Tanh": "tanh", "Exp": "exp",
+                 "Log": "log", "Sqrt": "sqrt", "Rsqrt": "rsqrt", "Neg": "negative", "Abs": "abs",
+                 "Square": "square", "Erf": "erf"}.items():  # fmt: skip
+    register_converter(_tf)(_unary(_rx))
+
+
+@register_converter("FloorDiv", "FloorMod")
+def _floor_div(ctx, node, x, y):
+    from tvm.ir.expr import Constant
+
+    if "int" in str(y.ty.dtype) and not (isinstance(y, Constant) and np.all(y.value.numpy() != 0)):
+        # TF raises "Integer division by zero"; a TVM kernel's idiv traps, and SIGFPE ends the process.
+        raise Unsupported("an integer division by a tensor that may hold 0 stays in TF, which reports it")
+    x, y = same_dims(ctx, [x, y])
+    return {"FloorDiv": relax.op.floor_divide, "FloorMod": relax.op.floor_mod}[node.op](x, y)
+
+
+@register_converter("Erfc")
+def _erfc(ctx, node, x):
+    return relax.op.subtract(relax.const(1, ctx.attr(node, "T")), relax.op.erf(x))
+
+
+@register_converter("Einsum")
+def _einsum(ctx, node, *operands):
+    equation = ctx.attr(node, "equation")
+    return relax.op.einsum(list(operands), equation)
+
+
+@register_converter("SquaredDifference", broadcast=True)
+def _squared_difference(ctx, node, x, y):
+    op = relax.op
+    return op.square(op.subtract(x, y))
+
+
+@register_converter("MatMul")
+def _matmul(ctx, node, a, b):
+    op = relax.op
+    transpose_a, transpose_b = ctx.attr(node, "transpose_a", False), ctx.attr(node, "transpose_b", False)
+    if transpose_b and not transpose_a and _rows_by_rows(a, b):
+        return op.einsum([a, b], "ik,jk->ij")
+    if transpose_a:
+        a = op.permute_dims(a, [1, 0])
+    if transpose_b:
+        b = op.permute_dims(b, [1, 0])
+    return op.matmul(a, b)
+
+
+def _rows_by_rows(a, b) -> bool:
+    """Whether A·Bᵀ runs as dot products of rows (one einsum kernel; the default schedule
+    gives it rfactor vectors) rather than as a transpose of B then a matmul (register tiles
+    of whole vectors of B's rows): where B is computed (a constant's transpose is folded), the
+    batch dims are the same and the dots are long or the columns do not tile. Measured
+    through optimize with a ReLU after it: Q·Kᵀ [512, 30, 128] x 30 keys 6.2 -> 2.0 ms (the
+    transpose alone took 3.0 ms: its inner 30 does not vectorize), 17 keys 5.2 -> 0.74 ms,
+    [256, 1024] x [1024, 1024]ᵀ 6.1 -> 3.9 ms; but [8, 128, 64] x 128 keys 0.36 -> 0.51 ms,
+    so a short dot over a whole number of vectors of keys keeps the matmul."""
+    from tvm import tirx
+    from tvm.ir.expr import Constant
+
+    from ....schedule import vector_lanes
+
+    if isinstance(b, Constant) or not dims_equal(list(a.ty.shape)[:-2], list(b.ty.shape)[:-2]):
+        return False
+    depth, cols = b.ty.shape[-1], b.ty.shape[-2]
+    lanes = vector_lanes(str(b.ty.dtype))
+    long_dots = isinstance(depth, tirx.IntImm) and int(depth) >= 8 * lanes
+    return long_dots or not (isinstance(cols, tirx.IntImm) and int(cols) % lanes == 0)
+
+
+@register_converter("BatchMatMulV2", "BatchMatMulV3")
+def _batch_matmul(ctx, node, a, b):
+    op = relax.op
+
+    def swap_last(t):
+        n = len(t.ty.shape)
+        return op.permute_dims(t, list(range(n - 2)) + [n - 1, n - 2])
+
+    a, b = same_dims(ctx, [a, b], skip=(-1, -2))  # the batch dims
+    adj_x, adj_y = ctx.attr(node, "adj_x", False), ctx.attr(node, "adj_y", False)
+    if adj_y and not adj_x and _rows_by_rows(a, b):
+        batch = "abcdefgh"[: len(a.ty.shape) - 2]
+        return op.einsum([a, b], f"{batch}ik,{batch}jk->{batch}ij")
+    if adj_x:
+        a = swap_last(a)
+    if adj_y:
+        b = swap_last(b)
+    return op.matmul(a, b)
+
+
+def _reduction(fn_name):
+    def convert(ctx, node, x, axes):
+        axis = [int(a) for a in np.atleast_1d(ctx.constant(node, 1))]
+        keepdims = bool(ctx.attr(node, "keep_dims", False))
+        return getattr(relax.op, fn_name)(x, axis=axis, keepdims=keepdims)  # max, min: see lowering/nans.py
+
+    return convert
+
+
+for _tf, _rx in {"Sum": "sum", "Mean": "mean", "Max": "max", "Min": "min"}.items():
+    register_converter(_tf)(_reduction(_rx))
+
+
+@register_converter("Prod")
+def _prod(ctx, node, x, axes):
+    if isinstance(x, ShapeValue):
+        total = 1
+        for d in x:
+            total = total * d
+        return ShapeValue([total], scalar=not ctx.attr(node, "keep_dims", False))
+    return _reduction("prod")(ctx, node, x, axes)
+
+
+@register_converter("Cast")
+def _cast(ctx, node, x):
+    return relax.op.astype(x, ctx.attr(node, "DstT"))
+
+
+@register_converter("SelectV2")
+def _select_v2(ctx, node, cond, x, y):
+    x, y, cond = same_dims(ctx, [x, y, cond])
+    return relax.op.where(cond, x, y)
+
+
+@register_converter("Select")
+def _select(ctx, node, cond, x, y):
+    # v1: a vector condition picks whole rows of higher-rank x and y.
+    rank, cond_rank = len(x.ty.shape), len(cond.ty.shape)
+    if cond_rank == 1 and rank > 1:
+        cond = ctx.bb.emit(relax.op.reshape(cond, [cond.ty.shape[0]] + [1] * (rank - 1)))
+    x, y, cond = same_dims(ctx, [x, y, cond])
+    return relax.op.where(cond, x, y)
+
+
+@register_converter("Reciprocal", "Inv")
+def _reciprocal(ctx, node, x):
+    return relax.op.divide(relax.const(1, ctx.attr(node, "T")), x)
+
+
+@register_converter("AddN", broadcast=True)
+def _add_n(ctx, node, *xs):
+    total = xs[0]
+    for x in xs[1:]:
+        total = relax.op.add(total, x)
+    return total
+
+
+@register_converter("ClipByValue", broadcast=True)
+def _clip_by_value(ctx, node, x, low, high):
+    op = relax.op
+    # TF's own gives a NaN x as NaN or a bound by where it lies (its scalar or vector loop):
+    # NaN, always, here (lowering/nans.py), as is a NaN bound.
+    return op.minimum(op.maximum(x, low), high)
+
+
+@register_converter("ArgMax", "ArgMin")
+def _arg_max(ctx, node, x, axis):
+    fn = relax.op.argmax if node.op == "ArgMax" else relax.op.argmin
+    out = fn(x, axis=int(ctx.constant(node, 1)))
+    return relax.op.astype(out, ctx.attr(node, "output_type", "int64"))

@@ -1,0 +1,123 @@
+"""Converters for TF's neural-network ops: activations, bias, softmax, 2-D convolutions and
+pooling (NHWC, TF's default layout) and inference-mode batch norm."""
+from __future__ import annotations
+
+from tvm import relax
+
+from ..helpers import nhwc_only, static_dims, window_pads
+from ..registry import Unsupported, register_converter
+
+
+@register_converter("Relu6")
+def _relu6(ctx, node, x):
+    return relax.op.clip(x, 0, 6)  # NaNs pass: see lowering/nans.py
+
+
+@register_converter("Softplus")
+def _softplus(ctx, node, x):
+    op = relax.op
+    # log(1 + exp(x)) without overflow: max(x, 0) + log(1 + exp(-|x|))
+    zero = relax.const(0, ctx.attr(node, "T"))
+    one = relax.const(1, ctx.attr(node, "T"))
+    return op.add(op.maximum(x, zero), op.log(op.add(one, op.exp(op.negative(op.abs(x))))))
+
+
+@register_converter("Elu")
+def _elu(ctx, node, x):
+    op = relax.op
+    t = ctx.attr(node, "T")
+    zero, one = relax.const(0, t), relax.const(1, t)
+    return op.where(op.greater(x, zero), x, op.subtract(op.exp(x), one))
+
+
+@register_converter("Selu")
+def _selu(ctx, node, x):
+    t = ctx.attr(node, "T")
+    scale, alpha = relax.const(1.0507009873554805, t), relax.const(1.6732632423543772, t)
+    elu = _elu(ctx, node, x)
+    op = relax.op
+    return op.multiply(scale, op.where(op.greater(x, relax.const(0, t)), x, op.multiply(alpha, elu)))
+
+
+@register_converter("BiasAdd", "BiasAddV1")
+def _bias_add(ctx, node, x, bias):
+    if ctx.attr(node, "data_format", "NHWC") == "NCHW":  # bias along axis 1
+        bias = relax.op.reshape(bias, [bias.ty.shape[0]] + [1] * (len(x.ty.shape) - 2))
+    return relax.op.add(x, bias)
+
+
+@register_converter("Softmax")
+def _softmax(ctx, node, x):
+    return relax.op.nn.softmax(x, axis=-1)
+
+
+@register_converter("LogSoftmax")
+def _log_softmax(ctx, node, x):
+    return relax.op.nn.log_softmax(x, axis=-1)
+
+
+def _window_padding(ctx, node, x, window, strides, dilations):
+    """Relax (top, left, bottom, right) padding of a 2-D window over NHWC `x`; SAME needs
+    the static height and width."""
+    same = ctx.attr(node, "padding") not in ("VALID", "EXPLICIT")
+    sizes = static_dims(x, node.op, (1, 2))[1:3] if same else None
+    (top, bottom), (left, right) = window_pads(ctx, node, sizes, window, strides, dilations)
+    return (top, left, bottom, right)
+
+
+@register_converter("Conv2D")
+def _conv2d(ctx, node, x, w):
+    nhwc_only(ctx, node)
+    strides, dil = ctx.attr(node, "strides")[1:3], (ctx.attr(node, "dilations") or [1, 1, 1, 1])[1:3]
+    kh, kw, cin, _ = static_dims(w, "Conv2D filter")
+    groups = static_dims(x, "Conv2D", (3,))[3] // cin
+    pad = _window_padding(ctx, node, x, (kh, kw), strides, dil)
+    return relax.op.nn.conv2d(x, w, strides=strides, padding=pad, dilation=dil, groups=groups,
+                                 data_layout="NHWC", kernel_layout="HWIO")  # fmt: skip
+
+
+@register_converter("DepthwiseConv2dNative")
+def _depthwise(ctx, node, x, w):
+    nhwc_only(ctx, node)
+    strides, dil = ctx.attr(node, "strides")[1:3], (ctx.attr(node, "dilations") or [1, 1, 1, 1])[1:3]
+    kh, kw, c, m = static_dims(w, "depthwise filter")
+    # TF's (H, W, C, M) filter is a grouped conv with C groups of M outputs each.
+    w = relax.op.reshape(w, [kh, kw, 1, c * m])
+    pad = _window_padding(ctx, node, x, (kh, kw), strides, dil)
+    return relax.op.nn.conv2d(x, w, strides=strides, padding=pad, dilation=dil, groups=c,
+                                 data_layout="NHWC", kernel_layout="HWIO")  # fmt: skip
+
+
+def _pool(kind):
+    def convert(ctx, node, x):
+        nhwc_only(ctx, node)
+        window, strides = ctx.attr(node, "ksize")[1:3], ctx.attr(node, "strides")[1:3]
+        pad = _window_padding(ctx, node, x, window, strides, (1, 1))
+        fn = getattr(relax.op.nn, kind)
+        # TF averages over the window's valid elements only: count_include_pad=False.
+        return fn(x, pool_size=window, strides=strides, padding=pad, layout="NHWC",
+                  count_include_pad=False)  # fmt: skip
+
+    return convert
+
+
+register_converter("MaxPool")(_pool("max_pool2d"))
+register_converter("AvgPool")(_pool("avg_pool2d"))
+
+
+@register_converter("FusedBatchNormV3", "FusedBatchNorm")
+def _fused_batch_norm(ctx, node, x, scale, offset, mean, variance, *rest):
+    if ctx.attr(node, "is_training", True):
+        raise Unsupported("FusedBatchNorm in training mode")
+    nhwc_only(ctx, node)
+    op = relax.op
+    eps = relax.const(float(ctx.attr(node, "epsilon", 1e-3)), ctx.attr(node, "T"))
+    inv = op.multiply(op.rsqrt(op.add(variance, eps)), scale)
+    # x * inv + shift, as TF's own kernel computes it: a conv's x * inv then folds into its
+    # weights (fold_scales), and the shift is computed from the statistics alone.
+    return op.add(op.multiply(x, inv), op.subtract(offset, op.multiply(mean, inv)))
+
+
+@register_converter("LeakyRelu")
+def _leaky_relu(ctx, node, x):
+    return relax.op.nn.leakyrelu(x, float(ctx.attr(node, "alpha", 0.2)))

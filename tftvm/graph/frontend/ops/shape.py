@@ -1,0 +1,174 @@
+"""Converters for TF's shape and layout ops: identities, reshapes, shapes as values, slices,
+transposes, padding, concatenation, stacking, filling, tiling and splitting.
+
+Shape values (`ShapeValue`) flow through Shape, StridedSlice, Pack, ConcatV2 and Prod as
+Python lists of dims and end in a Reshape or Fill: they never become tensors.
+"""
+from __future__ import annotations
+
+import numpy as np
+from tvm import relax
+
+from ..helpers import shape_operand, simplify, static_dims
+from ..registry import ShapeValue, Unsupported, register_converter, same_dims
+
+
+@register_converter("Identity")
+def _identity(ctx, node, x):
+    return x
+
+
+@register_converter("IdentityN")
+def _identity_n(ctx, node, *xs):
+    return list(xs)  # Keras' swish emits it (a custom gradient); inference passes values through
+
+
+@register_converter("StopGradient", "PreventGradient")
+def _stop_gradient(ctx, node, x):
+    return x  # inference graphs: no gradient to stop
+
+
+@register_converter("Reshape")
+def _reshape(ctx, node, x, shape):
+    dims = shape if isinstance(shape, ShapeValue) else [int(d) for d in ctx.constant(node, 1)]
+    if any(isinstance(d, int) and d == -1 for d in dims):
+        known = 1
+        for d in dims:
+            if not (isinstance(d, int) and d == -1):
+                known = known * d
+        total = 1
+        for d in x.ty.shape:
+            total = total * d
+        dims = [total // known if isinstance(d, int) and d == -1 else d for d in dims]
+    return relax.op.reshape(x, [simplify(d) for d in dims])
+
+
+@register_converter("Shape")
+def _shape(ctx, node, x):
+    return ShapeValue(list(x.ty.shape))
+
+
+@register_converter("StridedSlice")
+def _strided_slice(ctx, node, x, begin, end, strides):
+    begin, end, strides = (np.asarray(ctx.constant(node, i)).reshape(-1) for i in (1, 2, 3))
+    masks = {m: int(ctx.attr(node, m, 0)) for m in
+             ("begin_mask", "end_mask", "shrink_axis_mask", "ellipsis_mask", "new_axis_mask")}  # fmt: skip
+    if masks["ellipsis_mask"] or masks["new_axis_mask"]:
+        raise Unsupported("StridedSlice with ellipsis or new axis")
+    if isinstance(x, ShapeValue):
+        if len(begin) != 1:
+            raise Unsupported("StridedSlice of a shape with more than one axis")
+        if masks["shrink_axis_mask"] & 1:
+            return ShapeValue([x[int(begin[0])]], scalar=True)
+        b = None if masks["begin_mask"] & 1 else int(begin[0])
+        e = None if masks["end_mask"] & 1 else int(end[0])
+        return ShapeValue(x[b:e:int(strides[0])])
+    rank = len(x.ty.shape)
+    axes, b_out, e_out, s_out, squeeze = [], [], [], [], []
+    for a in range(len(begin)):
+        dim = x.ty.shape[a]
+        b = 0 if masks["begin_mask"] >> a & 1 else int(begin[a])
+        if masks["shrink_axis_mask"] >> a & 1:
+            e, squeeze = b + 1 if b != -1 else dim, squeeze + [a]
+        else:
+            e = dim if masks["end_mask"] >> a & 1 else int(end[a])
+        axes.append(a), b_out.append(b), e_out.append(e), s_out.append(int(strides[a]))
+    out = relax.op.strided_slice(x, axes, b_out, e_out, s_out)
+    if rank and squeeze:
+        out = relax.op.squeeze(out, axis=squeeze)
+    return out
+
+
+@register_converter("Transpose")
+def _transpose(ctx, node, x, perm):
+    return relax.op.permute_dims(x, [int(p) for p in ctx.constant(node, 1)])
+
+
+@register_converter("ExpandDims")
+def _expand_dims(ctx, node, x, axis):
+    return relax.op.expand_dims(x, int(ctx.constant(node, 1)))
+
+
+@register_converter("Squeeze")
+def _squeeze(ctx, node, x):
+    dims = ctx.attr(node, "squeeze_dims") or None
+    return relax.op.squeeze(x, axis=[int(d) for d in dims] if dims else None)
+
+
+@register_converter("Pad", "PadV2")
+def _pad(ctx, node, x, paddings, *value):
+    pads = [int(p) for p in np.asarray(ctx.constant(node, 1)).reshape(-1)]
+    fill = float(ctx.constant(node, 2)) if node.op == "PadV2" else 0.0
+    return relax.op.nn.pad(x, pads, pad_value=fill)
+
+
+@register_converter("ConcatV2")
+def _concat(ctx, node, *args):
+    axis = int(ctx.constant(node, len(args) - 1))
+    if any(isinstance(a, ShapeValue) for a in args[:-1]):
+        dims = []
+        for i, a in enumerate(args[:-1]):
+            dims += shape_operand(ctx, node, i, a)
+        return ShapeValue(dims)
+    rank = len(args[0].ty.shape)
+    return relax.op.concat(same_dims(ctx, list(args[:-1]), skip=(axis % rank - rank,)), axis=axis)
+
+
+@register_converter("Pack")
+def _pack(ctx, node, *args):
+    if any(isinstance(a, ShapeValue) for a in args):
+        dims = []
+        for i, a in enumerate(args):
+            dims += shape_operand(ctx, node, i, a)
+        return ShapeValue(dims)
+    return relax.op.stack(same_dims(ctx, list(args)), axis=int(ctx.attr(node, "axis", 0)))
+
+
+
+@register_converter("Fill")
+def _fill(ctx, node, dims, value):
+    dims = shape_operand(ctx, node, 0, dims)
+    return relax.op.full([simplify(d) for d in dims], value, ctx.attr(node, "T"))
+
+
+@register_converter("Tile")
+def _tile(ctx, node, x, multiples):
+    return relax.op.tile(x, [int(m) for m in np.asarray(ctx.constant(node, 1)).reshape(-1)])
+
+
+@register_converter("Slice")
+def _slice(ctx, node, x, begin, size):
+    begin = [int(b) for b in np.asarray(ctx.constant(node, 1)).reshape(-1)]
+    size = [int(s) for s in np.asarray(ctx.constant(node, 2)).reshape(-1)]
+    shape = list(x.ty.shape)
+    end = [shape[a] if s == -1 else b + s for a, (b, s) in enumerate(zip(begin, size))]
+    return relax.op.strided_slice(x, list(range(len(begin))), begin, end)
+
+
+def _split_outputs(x, sizes, axis):
+    """A list of Relax values, one per piece of `x` along `axis` (sizes may hold one -1)."""
+    axis = axis % len(x.ty.shape)
+    if -1 in sizes:
+        from tvm import tirx
+
+        dim = x.ty.shape[axis]
+        if not isinstance(dim, tirx.IntImm):
+            raise Unsupported("SplitV with -1 along a symbolic dim")
+        sizes = [int(dim.value) - (sum(sizes) + 1) if s == -1 else s for s in sizes]
+    bounds = list(np.cumsum(sizes)[:-1].astype(int))
+    return [relax.op.strided_slice(x, [axis], [int(b)], [int(e)])
+            for b, e in zip([0] + bounds, bounds + [int(sum(sizes))])]  # fmt: skip
+
+
+@register_converter("Split")
+def _split(ctx, node, axis, x):
+    axis = int(ctx.constant(node, 0))
+    n = int(ctx.attr(node, "num_split"))
+    (dim,) = [static_dims(x, "Split", (axis % len(x.ty.shape),))[axis]]
+    return _split_outputs(x, [dim // n] * n, axis)
+
+
+@register_converter("SplitV")
+def _split_v(ctx, node, x, sizes, axis):
+    sizes = [int(s) for s in np.asarray(ctx.constant(node, 1)).reshape(-1)]
+    return _split_outputs(x, sizes, int(ctx.constant(node, 2)))

@@ -1,0 +1,158 @@
+"""The converter table: TF op type -> the function that turns such a node into Relax.
+
+A converter is `fn(ctx, node, *inputs)`: the conversion `Context`, the TF NodeDef and the
+Relax values of the node's data inputs, in order. It returns the Relax value of the node's
+output, or a list with one per output, or a `ShapeValue` where the output is (part of) a
+shape. It raises `Unsupported`, with the reason, for what it does not handle; the node then
+stays in TF. `register_converter` is the one way into the table, for tftvm's own converters
+(frontend/ops/) and for a user's.
+"""
+from __future__ import annotations
+
+import functools
+from typing import Callable
+
+import numpy as np
+
+from ..tfgraph.names import tensor_name
+
+
+class Unsupported(Exception):
+    """This node cannot be converted; the message says why. `node`, when set, names it."""
+
+    def __init__(self, message: str, node: str | None = None):
+        super().__init__(message)
+        self.node = node
+
+
+class ShapeValue(list):
+    """An int tensor that holds (part of) a shape, kept as symbolic dims, never materialized.
+
+    Shape -> Gather/StridedSlice -> Pack/Concat -> Reshape chains (what Keras emits for a
+    symbolic batch) become a Reshape to symbolic dims. `scalar` marks a rank-0 value.
+    """
+
+    def __init__(self, dims, scalar: bool = False):
+        super().__init__(dims)
+        self.scalar = scalar
+
+
+CONVERTERS: dict[str, Callable] = {}
+
+
+def register_converter(*op_types: str, broadcast: bool = False, replace: bool = False):
+    """Decorator: `fn(ctx, node, *inputs)` converts TF nodes of `op_types` to Relax.
+
+    `broadcast=True`: the node's tensor inputs are elementwise operands, so a symbolic dim
+    of one that sits where the first input has another symbolic dim is made that dim
+    (`same_dims`) before `fn` sees them; a shape value among them is Unsupported.
+    An op type that already has a converter is a ValueError unless `replace=True` (a user's
+    converter taking the place of tftvm's own).
+    """
+    taken = [t for t in op_types if t in CONVERTERS]
+    if taken and not replace:
+        raise ValueError(f"TF op(s) {taken} already have a converter; pass replace=True to replace it")
+
+    def register(fn):
+        converter = _broadcasting(fn) if broadcast else fn
+        for t in op_types:
+            CONVERTERS[t] = converter
+        return fn
+
+    return register
+
+
+def _broadcasting(fn):
+    @functools.wraps(fn)
+    def convert(ctx, node, *inputs):
+        if any(isinstance(i, ShapeValue) for i in inputs):
+            raise Unsupported(f"{node.op} of a shape value")
+        return fn(ctx, node, *same_dims(ctx, list(inputs)))
+
+    return convert
+
+
+class Context:
+    """What a converter may ask about its node beyond its Relax inputs."""
+
+    def __init__(self, constants: dict, bb=None):
+        self.constants = constants  # TF tensor name -> np.ndarray, for Const inputs
+        self.bb = bb  # the BlockBuilder the node's bindings go to
+        self.merged: list = []  # (symbolic dim, the dim it equals): see same_dims
+
+    def symbol(self, var):
+        """The representative of the symbols merged with `var`."""
+        while (to := next((t for v, t in self.merged if v.same_as(var)), None)) is not None:
+            var = to
+        return var
+
+    def merge(self, a, b) -> None:
+        """Record a == b for two symbolic dims."""
+        a, b = self.symbol(a), self.symbol(b)
+        if not a.same_as(b):
+            self.merged.append((b, a))
+
+    def attr(self, node, name, default=None):
+        """The node's attribute `name` as a Python value (a dtype as its name), or `default`."""
+        if name not in node.attr:
+            return default
+        a = node.attr[name]
+        kind = a.WhichOneof("value")
+        if kind == "list":
+            lst = a.list
+            return list(lst.i) or list(lst.s) or list(lst.f)
+        return {"s": lambda: a.s.decode(), "i": lambda: a.i, "f": lambda: a.f, "b": lambda: a.b,
+                "type": lambda: _dtype_name(a.type)}.get(kind, lambda: None)()  # fmt: skip
+
+    def constant(self, node, index: int) -> np.ndarray:
+        """The value of the node's input `index`, which must be a constant (else Unsupported)."""
+        name = tensor_name(node.input[index])
+        if name not in self.constants:
+            raise Unsupported(f"input {index} of {node.op} must be a constant (it is {name})")
+        return self.constants[name]
+
+
+def _dtype_name(enum) -> str:
+    import tensorflow as tf
+
+    return tf.as_dtype(enum).name
+
+
+def same_dims(ctx, values: list, skip=()) -> list:
+    """`values` with each symbolic dim that differs from the first value's, at the same place
+    (right-aligned; axes in `skip`, counted from the end, excepted), made that dim.
+
+    Two graph inputs with a None batch get two symbols, so Relax cannot infer the shape of
+    `x * W + h * U`. TF needs those dims equal at run time (or one of them 1, a broadcast no
+    batch dim does), so equal they are: a match_cast gives Relax the shape now, and
+    `merge_symbols` later makes the two symbols one, so a run where the dims differ stops
+    at the kernel's (or the VM's) input check, which names them, never with a wrong result.
+    """
+    from tvm import relax, tirx
+
+    first = list(values[0].ty.shape)
+    out = [values[0]]
+    for value in values[1:]:
+        dims, changed = list(value.ty.shape), False
+        for back in range(1, min(len(first), len(dims)) + 1):
+            a, b = first[-back], dims[-back]
+            if -back in skip or not (isinstance(a, tirx.Var) and isinstance(b, tirx.Var)):
+                continue  # products like d0 * 7 are left to Relax's own inference
+            if not a.same_as(b):
+                ctx.merge(a, b)
+                dims[-back], changed = a, True
+        if changed:
+            value = ctx.bb.match_cast(value, relax.TensorType(dims, value.ty.dtype))
+        out.append(value)
+    return out
+
+
+def merge_symbols(mod, ctx):
+    """`mod` with the symbols `same_dims` merged made one: FuseTIR cannot fuse across the
+    match_casts (it recurses forever), and after the substitution they are no-ops."""
+    from tvm import relax
+
+    if not ctx.merged:
+        return mod
+    mod["main"] = mod["main"].bind_symbolic_vars({v: ctx.symbol(v) for v, _ in ctx.merged})
+    return relax.transform.CanonicalizeBindings()(mod)
