@@ -161,8 +161,10 @@ def _schedule_id(schedule: bool) -> str:
     """Part of the cache key: a change to the default schedule's code recompiles."""
     if not schedule:
         return "schedule=none"
-    source = (Path(__file__).parent / "schedule.py").read_bytes()
-    return "schedule=" + hashlib.sha256(source).hexdigest()
+    digest = hashlib.sha256()
+    for path in sorted((Path(__file__).parent / "schedule").rglob("*.py")):  # the rules and their analysis
+        digest.update(path.read_bytes())
+    return "schedule=" + digest.hexdigest()
 
 
 def compile_prim_func(func, *, func_name: str, num_outputs: int = 1, target=None,

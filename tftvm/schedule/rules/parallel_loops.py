@@ -1,0 +1,52 @@
+"""The rule for every block no other rule took: its leading data-parallel loops fused and
+run in parallel; an elementwise block's static inner loops (all of them, or the image of a
+`None` batch) vectorized explicitly."""
+from __future__ import annotations
+
+from ..rule import BlockRule
+
+
+class ParallelLoops(BlockRule):
+    name = "parallel loops"
+
+    def match(self, sch, block, info):
+        static, width = static_suffix(sch, info.loops, info.lanes) if info.spatial == len(info.loops) else (0, 0)
+        return static, width
+
+    def apply(self, sch, block, info, plan, schedule_block) -> None:
+        static, width = plan
+        loops, parallel = info.loops, info.parallel
+        if static:
+            # Only static loops are split by a vector: a symbolic extent would leave a bounds
+            # check in the vector loop (and left to LLVM, a padding stage's index arithmetic
+            # stays scalar).
+            inner_loops = loops[len(loops) - static :]
+            outer, inner = sch.split(sch.fuse(*inner_loops) if static > 1 else inner_loops[0], [None, width])
+            sch.vectorize(inner)
+            parallel(sch.fuse(*loops[: len(loops) - static], outer) if static < len(loops) else outer)
+        else:
+            parallel(sch.fuse(*loops[: info.spatial]) if info.spatial > 1 else loops[0])
+
+
+def static_suffix(sch, loops, lanes: int) -> tuple[int, int]:
+    """How many innermost loops have static extents whose product is a whole number of
+    vectors, and the vector width: the widest of a vector, a half or a quarter that divides
+    the innermost extent (so that no vector straddles two pixels of a pad of 728 channels, whose
+    condition then differs lane by lane), else a whole vector (a pad of 3 channels: 224 x 3
+    of them). (0, 0) if none."""
+    from tvm import tirx
+
+    extents = []
+    for loop in reversed(loops):
+        extent = sch.get(loop).extent
+        if not isinstance(extent, tirx.IntImm):
+            break
+        extents.append(int(extent))
+    if not extents:
+        return 0, 0
+    width = next((w for w in (lanes, lanes // 2, lanes // 4) if w >= 4 and extents[0] % w == 0), lanes)
+    product, best = 1, 0
+    for count, extent in enumerate(extents, 1):
+        product *= extent
+        best = count if product % width == 0 else best
+    return (best, width) if best else (0, 0)
