@@ -123,6 +123,32 @@ def test_batch_norm_folds_into_the_conv_weights_on_every_path(rng):
     assert len(convs) == 2 and not any("multiply" in k for k in convs), kernels
 
 
+def conv_bias_bn(x, w, bias, scale, offset, mean, variance):
+    y = tf.nn.bias_add(tf.nn.conv2d(x, w, 1, "SAME"), bias)
+    return tf.raw_ops.FusedBatchNormV3(x=y, scale=scale, offset=offset, mean=mean, variance=variance,
+                                       epsilon=1e-3, is_training=False)[0]  # fmt: skip
+
+
+@pytest.mark.parametrize("memoize", [False, True])
+def test_a_batch_norm_scale_from_variables_folds_into_the_conv_weights(memoize, rng):
+    """Weights as inputs (enable()'s variables): (conv(x, w) + b) * s becomes conv(x, w * s) + b * s,
+    so the conv's kernel multiplies nothing per output element (w * s is lifted out of it)."""
+    from conftest import tf_graph
+    from tftvm.graph.frontend import to_relax
+    from tftvm.graph.lowering.program import RelaxProgram
+
+    shapes = [(3, 3, 3, 8), (8,), (8,), (8,), (8,), (8,)]
+    weights = [tf.constant(rng.uniform(0.5, 1.5, s).astype(np.float32)) for s in shapes]
+    specs = [tf.TensorSpec([2, 6, 6, 3])] + [tf.TensorSpec(s) for s in shapes]
+    nodes, inputs, outputs, _ = tf_graph(conv_bias_bn, specs)
+    program = RelaxProgram(to_relax(nodes, inputs, outputs), name=f"conv_bias_bn_{memoize}", weights=range(1, 7),
+                           memoize_weights=memoize)  # fmt: skip
+    (conv,) = [k.name.split("/")[-1] for k in program.kernels if "conv2d" in k.name and "transform" not in k.name]
+    assert "multiply" not in conv, [k.name for k in program.kernels]
+    x = tf.constant(rng.standard_normal((2, 6, 6, 3)).astype(np.float32))
+    np.testing.assert_allclose(program(x, *weights), conv_bias_bn(x, *weights), rtol=1e-5, atol=1e-5)
+
+
 def conv_bn(x, w1, scale1, offset1, mean1, var1, w2, scale2, offset2, mean2, var2):
     y = tf.nn.conv2d(x, w1, 1, "SAME")
     y = tf.raw_ops.FusedBatchNormV3(x=y, scale=scale1, offset=offset1, mean=mean1, variance=var1,

@@ -3,9 +3,9 @@ and (conv(x, w) + b) * s -> conv(x, w * s) + b * s (a Keras Conv2D's bias before
 
 A frozen graph gets this from grappler (TF's constant folding pushes a constant Mul into the
 conv's filter). Under enable() a batch norm's scale, rsqrt(variance + eps) * gamma, comes from
-variables, so the conv's epilogue multiplied every output element by it: MobileNetV2's kernels
-ran ~20% slower than frozen. Folded, `w * s` depends on weights alone, which
-LiftTransformParams moves out of the activation kernels (program.RelaxProgram).
+variables, and unfolded the conv's epilogue would multiply every output element by it. Folded,
+`w * s` depends on weights alone, which LiftTransformParams moves out of the activation kernels
+(program.RelaxProgram).
 """
 from __future__ import annotations
 
@@ -13,32 +13,57 @@ from __future__ import annotations
 def fold(mod, weights: list[int]):
     """`mod` with `conv2d(x, w) * s` rewritten as `conv2d(x, w * s)` where `w` and `s` come from
     constants and the weight params of main alone, `s` is one value per output channel, and
-    nothing else reads the conv's output (likewise through an add of a bias)."""
+    nothing else reads the conv's output (likewise through an add of a bias). The products are
+    found by a relax.dpl pattern; the conditions are checked on each match."""
     import tvm
     from tvm import relax
+    from tvm.relax.dpl import is_op, rewrite_call, wildcard
 
     mod = relax.transform.CanonicalizeBindings()(mod)  # no `lv1 = lv` between conv and multiply
     main = mod["main"]
     static = weight_derived(main, weights)
-    bound, uses = {}, {}
+    var_of, uses = {}, {}  # a bound value -> its variable; a variable -> how many reads it has
     for block in main.body.blocks:
         for binding in block.bindings:
-            bound[binding.var] = binding.value
+            var_of[binding.value] = binding.var
             for a in _args(binding.value):
                 if isinstance(a, relax.Var):
                     uses[a] = uses.get(a, 0) + 1
     for v in _vars(main.body.body):
         uses[v] = uses.get(v, 0) + 1
-    folds = {}
-    for var, value in bound.items():
-        scaled = _scaled_conv(value, bound, uses, static)
-        if scaled is not None:
-            folds[var] = scaled
-    if not folds:
+
+    data, weight, scale, bias = wildcard(), wildcard(), wildcard(), wildcard()
+    conv = is_op("relax.nn.conv2d")(data, weight)
+    biased = [is_op("relax.add")(conv, bias), is_op("relax.add")(bias, conv)]
+    product = conv | biased[0] | biased[1]
+    pattern = is_op("relax.multiply")(product, scale) | is_op("relax.multiply")(scale, product)
+
+    def read_once(value) -> bool:
+        return uses.get(var_of.get(value)) == 1
+
+    def folded(call, matched):
+        # The matcher hands over bound values, not the variables bound to them: the variables
+        # are what `static` holds, and what the rewrite reads (not a second copy of the value).
+        c, s, b = matched[conv], var_of.get(matched[scale], matched[scale]), matched.get(bias)
+        b = var_of.get(b, b) if b is not None else None
+        add = next((matched[p] for p in biased if p in matched), None)
+        if b is not None and not (_is_static(b, static) and read_once(add)):
+            return call
+        if not (read_once(c) and _is_static(c.args[1], static) and _is_static(s, static) and _per_channel(s, c)):
+            return call
+        if (c.attrs.kernel_layout, c.attrs.out_layout) != ("HWIO", "NHWC"):
+            return call
+        flat = relax.op.reshape(s, [-1])
+        a = c.attrs
+        out = relax.op.nn.conv2d(c.args[0], relax.op.multiply(c.args[1], flat), a.strides, a.padding, a.dilation,
+                                 a.groups, a.data_layout, a.kernel_layout, a.out_layout, a.out_dtype)  # fmt: skip
+        return out if b is None else relax.op.add(out, relax.op.multiply(b, flat))  # (conv + b) * s = conv * s + b * s
+
+    rewritten = rewrite_call(pattern, folded, main)
+    if rewritten.same_as(main):
         return mod
-    mutated = _Folder(mod, folds).visit_expr(main)
     out = tvm.IRModule(dict(mod.functions))
-    out["main"] = mutated
+    out["main"] = rewritten
     return relax.transform.DeadCodeElimination(["main"])(out)
 
 
@@ -87,37 +112,6 @@ def _is_static(arg, static) -> bool:
     return (isinstance(arg, relax.Var) and arg in static) or isinstance(arg, (tvm.ir.expr.Constant, relax.ShapeExpr))
 
 
-def _scaled_conv(value, bound, uses, static):
-    """(conv, bias or None, scale) where `value` multiplies a foldable conv (plus a bias) by a
-    per-channel scale."""
-    from tvm import relax
-
-    if not (_is_op(value, "relax.multiply")):
-        return None
-    for product, scale in (value.args, value.args[::-1]):
-        inner = bound.get(product) if isinstance(product, relax.Var) and uses.get(product) == 1 else None
-        bias = None
-        if _is_op(inner, "relax.add"):
-            for sum_, b in (inner.args, inner.args[::-1]):
-                if isinstance(sum_, relax.Var) and uses.get(sum_) == 1 and _is_static(b, static):
-                    inner, bias = bound.get(sum_), b
-                    break
-        if not _is_op(inner, "relax.nn.conv2d"):
-            continue
-        conv = inner
-        if (conv.attrs.kernel_layout, conv.attrs.out_layout) != ("HWIO", "NHWC"):
-            continue
-        if _is_static(conv.args[1], static) and _is_static(scale, static) and _per_channel(scale, conv):
-            return conv, bias, scale
-    return None
-
-
-def _is_op(value, name: str) -> bool:
-    from tvm import relax
-
-    return isinstance(value, relax.Call) and getattr(value.op, "name", "") == name
-
-
 def _per_channel(scale, conv) -> bool:
     """Is `scale` one value per output channel of `conv` ([C] or [1, ..., 1, C]), of its dtype?"""
     from tvm import tirx
@@ -128,34 +122,3 @@ def _per_channel(scale, conv) -> bool:
     dims = [d for d in shape]
     ints = all(isinstance(d, tirx.IntImm) for d in dims) and isinstance(out[-1], tirx.IntImm)
     return ints and all(int(d) == 1 for d in dims[:-1]) and int(dims[-1]) == int(out[-1])
-
-
-def _folder_class():
-    from tvm import relax
-
-    @relax.expr_functor.mutator
-    class Folder(relax.PyExprMutator):
-        def __init__(self, mod, folds):
-            super().__init__(mod)
-            self.folds = folds
-
-        def visit_var_binding_(self, binding):
-            if binding.var not in self.folds:
-                return super().visit_var_binding_(binding)
-            conv, bias, scale = self.folds[binding.var]
-            scale = self.builder_.emit(relax.op.reshape(self.visit_expr(scale), [-1]))
-            weights = self.builder_.emit(relax.op.multiply(self.visit_expr(conv.args[1]), scale))
-            a = conv.attrs
-            folded = relax.op.nn.conv2d(self.visit_expr(conv.args[0]), weights, a.strides, a.padding, a.dilation,
-                                        a.groups, a.data_layout, a.kernel_layout, a.out_layout, a.out_dtype)  # fmt: skip
-            if bias is not None:  # (conv + b) * s = conv * s + b * s
-                folded = relax.op.add(self.builder_.emit(folded),
-                                      self.builder_.emit(relax.op.multiply(self.visit_expr(bias), scale)))
-            emit = self.builder_.emit if isinstance(binding.var, relax.DataflowVar) else self.builder_.emit_output
-            self.set_var_remap(binding.var, emit(folded, name_hint=binding.var.name))
-
-    return Folder
-
-
-def _Folder(mod, folds):
-    return _folder_class()(mod, folds)

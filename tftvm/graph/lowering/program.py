@@ -14,26 +14,24 @@ log = logging.getLogger(__name__)
 
 
 def fuse(mod, one_kernel: str | None = None):
-    """Legalize and fuse a Relax module with TVM's standard passes. The function named
-    `one_kernel` becomes a single kernel (see `_group_whole`)."""
+    """Legalize and fuse a Relax module with TVM's CPU legalization passes (relax.backend.
+    cpu_generic), its LegalizeOps given tftvm's own legalizations where TVM's are wrong or slow
+    on CPU: NaNs passed on as TF does, conv weights packed, vector transcendentals. The function
+    named `one_kernel` becomes a single kernel (see `_group_whole`)."""
     import tvm
     from tvm import relax
+    from tvm.relax.backend.cpu_generic import legalize_passes
 
     from . import fast_math, nans, pack_weights
 
+    legalize = relax.transform.LegalizeOps(customize_legalize_map={
+        **pack_weights.legalize_map(), **nans.legalize_map(), **fast_math.legalize_map()})
+    passes = [legalize if p.info.name == "LegalizeOps" else p
+              for p in legalize_passes(tvm.target.Target.current(allow_none=True))]  # fmt: skip
     seq = tvm.transform.Sequential
-    mod = seq([
-        # Bindings of one variable to another (a converted Identity, say) are nodes FuseOps
-        # cannot look through: with them no conv took its bias, BN and ReLU.
-        relax.transform.CanonicalizeBindings(),
-        # Where TVM's own legalization is slow on CPU: conv weights packed, vector transcendentals.
-        relax.transform.LegalizeOps(customize_legalize_map={**pack_weights.legalize_map(), **nans.legalize_map(),
-                                                            **fast_math.legalize_map()}),
-        relax.transform.AnnotateTIROpPattern(),
-        relax.transform.FoldConstant(),
-        relax.transform.FuseOps(),
-        relax.transform.FuseTIR(),
-    ])(mod)  # fmt: skip
+    # Bindings of one variable to another (a converted Identity, say) are nodes FuseOps cannot
+    # look through: with them no conv takes its bias, batch norm and ReLU.
+    mod = seq([relax.transform.CanonicalizeBindings(), *passes])(mod)
     grouped = _group_whole(mod, one_kernel) if one_kernel is not None else None
     if grouped is not None:
         mod = relax.transform.FuseTIR()(grouped)
