@@ -73,3 +73,25 @@ def test_broadcast_makes_two_none_batches_one(rng):
     fast = tftvm.optimize(fn, signature, keep_faster=False, min_cluster_size=1)
     assert fast.summary().in_tf == []
     np.testing.assert_allclose(fast(y, x).numpy(), np.arctan2(y, x), rtol=1e-5, atol=1e-6)
+
+
+def test_declared_requirements_keep_a_node_out_of_every_cluster(rng, caplog):
+    """A converter's declared constant inputs and dtypes are checked when nodes are marked: a
+    node that does not meet them is never clustered (no cluster is compiled, refused and
+    clustered again for it), and the report gives the reason."""
+    import logging
+
+    def atan(ctx, node, x):
+        return relax.op.atan(x)
+
+    register_converter("Atan", dtypes={"float32"})(atan)
+    fn = tf.function(lambda x, axis: tf.reduce_sum(tf.atan(x * 2.0) + 1.0, axis=axis, keepdims=True) * 3.0)
+    signature = [tf.TensorSpec([4, 5], tf.float64), tf.TensorSpec([], tf.int32)]
+    with caplog.at_level(logging.WARNING, logger="tftvm.graph.offload.pipeline"):
+        fast = tftvm.optimize(fn, signature, keep_faster=False, min_cluster_size=1)
+    reasons = {op.op: op.reason for op in fast.summary().in_tf}
+    assert reasons == {"Atan": "Atan of float64: its converter takes ['float32']",
+                       "Sum": "input 1 of Sum must be a constant (it is axis:0)"}, reasons  # fmt: skip
+    assert "stays in TF" not in caplog.text, caplog.text  # nothing refused at conversion
+    x = rng.standard_normal((4, 5))
+    np.testing.assert_allclose(fast(x, 1).numpy(), fn(x, 1).numpy(), rtol=1e-12)

@@ -15,7 +15,7 @@ import logging
 import uuid
 from collections import defaultdict
 
-from .frontend.driver import convert_node, relax_param
+from .frontend.driver import bind_constant, convert_nodes, relax_param
 from .frontend.registry import Context, ShapeValue, merge_symbols
 from .frontend.support import SUPPORTED_DTYPES, reason_unsupported
 from .tfgraph.names import tensor_inputs
@@ -143,13 +143,14 @@ def to_relax(frozen, run_in_tf, deny=frozenset()):
 
 
 def _convert_nodes(bb, ctx, frozen, env, run_in_tf, deny) -> list[Fallback]:
-    import tensorflow as tf
-    from tvm import relax
-
     # The VM calls each fallback by a process-wide name: unique per compiled model, so
     # that models loaded side by side (same node names, say) never call each other's.
     prefix = f"tftvm.fallback.{uuid.uuid4().hex[:16]}"
     fallbacks = []
+
+    def fall_back(node, reason):  # the policy here: the node runs in TF, called from the VM
+        fallbacks.append(_fall_back(bb, frozen, env, run_in_tf, prefix, [node], reason))
+
     island_of = islands(frozen)
     for unit in _units(frozen.graph_def, island_of):
         if len(unit) > 1 or unit[0].name in island_of:
@@ -160,19 +161,15 @@ def _convert_nodes(bb, ctx, frozen, env, run_in_tf, deny) -> list[Fallback]:
         if node.op == "Placeholder" or node.op in _SKIP:
             continue
         if node.op == "Const":
-            value = tf.make_ndarray(node.attr["value"].tensor)
-            ctx.constants[node.name + ":0"] = value
-            if value.dtype.name in SUPPORTED_DTYPES:
-                env[node.name + ":0"] = relax.const(value, value.dtype.name)  # float64 stays float64
+            bind_constant(ctx, env, node)
             continue
         reason = reason_unsupported(node, frozen.graph)  # the same test optimize marks nodes with
         if reason is None and node.op in deny:
             reason = "in the deny list"
-        if reason is None:
-            reason = convert_node(ctx, env, node)
-            if reason is None:
-                continue
-        fallbacks.append(_fall_back(bb, frozen, env, run_in_tf, prefix, [node], reason))
+        if reason is not None:
+            fall_back(node, reason)
+        else:
+            convert_nodes(ctx, env, [node], fall_back)
     return fallbacks
 
 

@@ -1,9 +1,9 @@
 """The driver: TF nodes -> a Relax function, one converter call per node.
 
-`to_relax` converts a cluster whole: the first node that cannot convert makes it raise
-Unsupported naming that node (optimize's and enable()'s partitioner then takes the node out
-and clusters the rest again). `convert_node` converts one node and says why not instead of
-raising: compile_model's whole-graph conversion (graph/whole.py) then runs that node in TF.
+One loop, `convert_nodes`, with the caller's policy for a node that cannot convert:
+`to_relax` converts a cluster whole, so the first such node makes it raise Unsupported naming
+that node (optimize's and enable()'s partitioner then takes the node out and clusters the rest
+again); compile_model's whole-graph conversion (graph/whole.py) runs that node in TF instead.
 """
 from __future__ import annotations
 
@@ -11,50 +11,72 @@ import logging
 
 from ..tfgraph.names import tensor_inputs, tensor_name
 from . import ops  # noqa: F401  (fills the converter table)
-from .registry import CONVERTERS, Context, ShapeValue, Unsupported, merge_symbols
+from .registry import CONVERTERS, REQUIREMENTS, Context, Requirements, ShapeValue, Unsupported, merge_symbols
+from .support import SUPPORTED_DTYPES
 
 log = logging.getLogger(__name__)
 
 
 def to_relax(nodes, inputs, outputs, constants=None):
-    """A Relax IRModule whose main computes `outputs` from `inputs` over `nodes`.
+    """A Relax IRModule whose main computes `outputs` from `inputs` over `nodes`, or
+    Unsupported naming the first node that cannot convert (the policy of a cluster: it is
+    converted whole or not at all).
 
     nodes: NodeDefs in topological order; inputs: (tensor name, dtype, shape)
     with None for unknown dims; outputs: tensor names. Const nodes among `nodes`
-    become Relax constants.
+    become Relax constants; `constants` (tensor name -> value) are known beside them.
     """
-    import tensorflow as tf
     from tvm import relax
 
-    constants = dict(constants or {})
-    for node in nodes:
-        if node.op == "Const":
-            constants[node.name + ":0"] = tf.make_ndarray(node.attr["value"].tensor)
     bb = relax.BlockBuilder()
-    ctx = Context(constants, bb)
+    ctx = Context(dict(constants or {}), bb)
     params, env = [], {}
     for i, (name, dtype, shape) in enumerate(inputs):
         params.append(relax_param(i, dtype, shape))
         env[tensor_name(name)] = params[-1]
+
+    def refuse(node, why):
+        raise Unsupported(why, node.name)
+
     with bb.function("main", params):
         with bb.dataflow():
-            for node in nodes:
-                if node.op == "Const":
-                    value = constants[node.name + ":0"]
-                    # relax.const makes float64 arrays float32 unless told the dtype.
-                    env[node.name + ":0"] = relax.const(value, value.dtype.name)
-                    continue
-                if node.op not in CONVERTERS:
-                    raise Unsupported(f"no converter for TF op {node.op}", node.name)
-                why = convert_node(ctx, env, node)
-                if why is not None:
-                    raise Unsupported(why, node.name)
+            convert_nodes(ctx, env, nodes, refuse)
             result = [env[tensor_name(o)] for o in outputs]
             if any(isinstance(r, ShapeValue) for r in result):
                 raise Unsupported("a cluster output is a shape value")
             out = bb.emit_output(result[0] if len(result) == 1 else relax.Tuple(result))
         bb.emit_func_output(out)
     return merge_symbols(bb.get(), ctx)
+
+
+def convert_nodes(ctx, env: dict, nodes, fall_back) -> None:
+    """Convert `nodes` (in topological order) into `ctx.bb`'s function, their outputs into
+    `env`. A node that cannot convert goes to `fall_back(node, why)`: the caller's policy
+    (a cluster raises; compile_model's whole graph runs the node in TF)."""
+    for node in nodes:
+        if node.op == "Const":
+            bind_constant(ctx, env, node)
+            continue
+        if node.op not in CONVERTERS:
+            why = f"no converter for TF op {node.op}"
+        else:
+            why = REQUIREMENTS.get(node.op, Requirements()).unmet(node, lambda i: tensor_name(node.input[i]) in ctx.constants)
+            why = why or convert_node(ctx, env, node)
+        if why is not None:
+            fall_back(node, why)
+
+
+def bind_constant(ctx, env: dict, node) -> None:
+    """A Const node's value, known to converters (ctx.constant) and, where TVM can hold its
+    dtype, a Relax constant in `env`."""
+    import tensorflow as tf
+    from tvm import relax
+
+    value = tf.make_ndarray(node.attr["value"].tensor)
+    ctx.constants[node.name + ":0"] = value
+    if value.dtype.name in SUPPORTED_DTYPES:
+        # relax.const makes float64 arrays float32 unless told the dtype.
+        env[node.name + ":0"] = relax.const(value, value.dtype.name)
 
 
 def convert_node(ctx, env: dict, node) -> str | None:

@@ -9,6 +9,7 @@ stays in TF. `register_converter` is the one way into the table, for tftvm's own
 """
 from __future__ import annotations
 
+import dataclasses
 import functools
 from typing import Callable
 
@@ -40,23 +41,56 @@ class ShapeValue(list):
 CONVERTERS: dict[str, Callable] = {}
 
 
-def register_converter(*op_types: str, broadcast: bool = False, replace: bool = False):
+@dataclasses.dataclass(frozen=True)
+class Requirements:
+    """What a converter needs of a node, declared with it and checked before it runs: at
+    marking time, so a node that cannot convert is never clustered (as TF-TRT validates before
+    segmenting), and again by the driver."""
+
+    constant_inputs: tuple = ()  # input indices (negative: from the last data input) that must be constants
+    dtypes: frozenset | None = None  # the values of the node's "T" attribute it takes (None: any)
+
+    def unmet(self, node, is_constant) -> str | None:
+        """Why `node` does not meet them, or None; `is_constant(index)` says whether its data
+        input `index` is a constant where it is checked."""
+        if self.dtypes is not None and "T" in node.attr:
+            dtype = _dtype_name(node.attr["T"].type)
+            if dtype not in self.dtypes:
+                return f"{node.op} of {dtype}: its converter takes {sorted(self.dtypes)}"
+        data = [i for i in node.input if not i.startswith("^")]
+        for index in self.constant_inputs:
+            i = index % len(data)
+            if not is_constant(i):
+                return f"input {i} of {node.op} must be a constant (it is {tensor_name(data[i])})"
+        return None
+
+
+REQUIREMENTS: dict[str, Requirements] = {}
+
+
+def register_converter(*op_types: str, broadcast: bool = False, constant_inputs=(), dtypes=None,
+                       replace: bool = False):  # fmt: skip
     """Decorator: `fn(ctx, node, *inputs)` converts TF nodes of `op_types` to Relax.
 
     `broadcast=True`: the node's tensor inputs are elementwise operands, so a symbolic dim
     of one that sits where the first input has another symbolic dim is made that dim
     (`same_dims`) before `fn` sees them; a shape value among them is Unsupported.
+    `constant_inputs`: the indices of data inputs that must be constants (an axis, a
+    permutation; -1 for the last), and `dtypes`: the element types (the node's "T") that `fn`
+    takes. Both are checked before partitioning, so such a node is never clustered.
     An op type that already has a converter is a ValueError unless `replace=True` (a user's
     converter taking the place of tftvm's own).
     """
     taken = [t for t in op_types if t in CONVERTERS]
     if taken and not replace:
         raise ValueError(f"TF op(s) {taken} already have a converter; pass replace=True to replace it")
+    requirements = Requirements(tuple(constant_inputs), frozenset(dtypes) if dtypes is not None else None)
 
     def register(fn):
         converter = _broadcasting(fn) if broadcast else fn
         for t in op_types:
             CONVERTERS[t] = converter
+            REQUIREMENTS[t] = requirements
         return fn
 
     return register

@@ -3,7 +3,7 @@ partitioning from the node's op, dtypes, ranks and device."""
 from __future__ import annotations
 
 from . import ops  # noqa: F401  (fills the converter table)
-from .registry import CONVERTERS
+from .registry import CONVERTERS, REQUIREMENTS
 
 SUPPORTED_DTYPES = {"float16", "bfloat16", "float32", "float64", "int8", "int16", "int32", "int64",
                     "uint8", "uint16", "uint32", "uint64", "bool"}  # fmt: skip
@@ -26,4 +26,6 @@ def reason_unsupported(node, graph) -> str | None:
             return "unknown rank"
     if op.device and "CPU" not in op.device.upper():
         return f"placed on {op.device}"
+    if node.op in REQUIREMENTS:
+        return REQUIREMENTS[node.op].unmet(node, lambda i: op.inputs[i].op.type == "Const")
     return None

@@ -66,7 +66,7 @@ def _scatter(ctx, indices, updates, lead, mode: str, identity):
     return ctx.bb.call_te(kernel, indices, updates)
 
 
-@register_converter("ScatterNd")
+@register_converter("ScatterNd", constant_inputs=(2,))
 def _scatter_nd(ctx, node, indices, updates, shape):
     # Out-of-range indices are skipped, which is also what bad_indices_policy IGNORE asks for.
     _check_bad_indices_policy(ctx, node, ("", "DEFAULT", "ERROR", "IGNORE"))
@@ -93,7 +93,8 @@ def _reduction(kind: str, dtype: str):
             "Min": ("min", high)}[kind]  # fmt: skip
 
 
-@register_converter("UnsortedSegmentSum", "UnsortedSegmentProd", "UnsortedSegmentMax", "UnsortedSegmentMin")
+@register_converter("UnsortedSegmentSum", "UnsortedSegmentProd", "UnsortedSegmentMax", "UnsortedSegmentMin",
+                    constant_inputs=(2,))
 def _unsorted_segment(ctx, node, data, ids, num_segments):
     num = int(ctx.constant(node, 2))
     k = len(ids.ty.shape)
@@ -128,7 +129,7 @@ def _segment(ctx, node, data, ids):
     return out
 
 
-@register_converter("OneHot")
+@register_converter("OneHot", constant_inputs=(1, 2, 3))
 def _one_hot(ctx, node, indices, depth, on_value, off_value):
     from tvm import tirx
 
@@ -164,7 +165,7 @@ def _range(ctx, node, start, limit, delta):
     return relax.op.arange(0, simplify(limit[0]), 1, dtype)
 
 
-@register_converter("Cumsum")
+@register_converter("Cumsum", constant_inputs=(1,))
 def _cumsum(ctx, node, x, axis):
     from tvm import topi
 
@@ -185,15 +186,12 @@ def _cumsum(ctx, node, x, axis):
 _TOPK_DTYPES = {"float16", "float32", "float64", "int8", "uint8", "int32", "int64"}
 
 
-@register_converter("TopKV2")
+@register_converter("TopKV2", constant_inputs=(1,), dtypes=_TOPK_DTYPES)  # TVM's sort library sorts these
 def _top_k(ctx, node, x, k):
     from tvm import topi
 
-    dtype = ctx.attr(node, "T")
     if not ctx.attr(node, "sorted", True):
         raise Unsupported("TopKV2 with sorted=False: TF then returns its heap's order, not a sorted one")
-    if dtype not in _TOPK_DTYPES:
-        raise Unsupported(f"TopKV2 of {dtype}: TVM's sort library sorts only {sorted(_TOPK_DTYPES)}")
     k, n = int(ctx.constant(node, 1)), static_dims(x, "TopKV2", (len(x.ty.shape) - 1,))[-1]
     if not 1 <= k <= n:  # TF raises for k > n; TVM reads k < 1 as "all"
         raise Unsupported(f"TopKV2 with k={k} outside [1, {n}]")
@@ -231,7 +229,7 @@ def _round(ctx, node, x):
     return relax.op.round(x)  # rounds half to even, as TF does (the tests check every .5)
 
 
-@register_converter("GatherV2")
+@register_converter("GatherV2", constant_inputs=(2,))
 def _gather(ctx, node, params, indices, axis):
     axis = int(ctx.constant(node, 2))
     if ctx.attr(node, "batch_dims", 0):

@@ -143,7 +143,7 @@ def _reduction(fn_name):
 
 
 for _tf, _rx in {"Sum": "sum", "Mean": "mean", "Max": "max", "Min": "min"}.items():
-    register_converter(_tf)(_reduction(_rx))
+    register_converter(_tf, constant_inputs=(1,))(_reduction(_rx))
 
 
 @register_converter("Prod")
@@ -198,7 +198,7 @@ def _clip_by_value(ctx, node, x, low, high):
     return op.minimum(op.maximum(x, low), high)
 
 
-@register_converter("ArgMax", "ArgMin")
+@register_converter("ArgMax", "ArgMin", constant_inputs=(1,))
 def _arg_max(ctx, node, x, axis):
     fn = relax.op.argmax if node.op == "ArgMax" else relax.op.argmin
     out = fn(x, axis=int(ctx.constant(node, 1)))

@@ -48,7 +48,7 @@ def _shape(ctx, node, x):
     return ShapeValue(list(x.ty.shape))
 
 
-@register_converter("StridedSlice")
+@register_converter("StridedSlice", constant_inputs=(1, 2, 3))
 def _strided_slice(ctx, node, x, begin, end, strides):
     begin, end, strides = (np.asarray(ctx.constant(node, i)).reshape(-1) for i in (1, 2, 3))
     masks = {m: int(ctx.attr(node, m, 0)) for m in
@@ -79,12 +79,12 @@ def _strided_slice(ctx, node, x, begin, end, strides):
     return out
 
 
-@register_converter("Transpose")
+@register_converter("Transpose", constant_inputs=(1,))
 def _transpose(ctx, node, x, perm):
     return relax.op.permute_dims(x, [int(p) for p in ctx.constant(node, 1)])
 
 
-@register_converter("ExpandDims")
+@register_converter("ExpandDims", constant_inputs=(1,))
 def _expand_dims(ctx, node, x, axis):
     return relax.op.expand_dims(x, int(ctx.constant(node, 1)))
 
@@ -95,14 +95,15 @@ def _squeeze(ctx, node, x):
     return relax.op.squeeze(x, axis=[int(d) for d in dims] if dims else None)
 
 
-@register_converter("Pad", "PadV2")
+@register_converter("Pad", constant_inputs=(1,))
+@register_converter("PadV2", constant_inputs=(1, 2))
 def _pad(ctx, node, x, paddings, *value):
     pads = [int(p) for p in np.asarray(ctx.constant(node, 1)).reshape(-1)]
     fill = float(ctx.constant(node, 2)) if node.op == "PadV2" else 0.0
     return relax.op.nn.pad(x, pads, pad_value=fill)
 
 
-@register_converter("ConcatV2")
+@register_converter("ConcatV2", constant_inputs=(-1,))
 def _concat(ctx, node, *args):
     axis = int(ctx.constant(node, len(args) - 1))
     if any(isinstance(a, ShapeValue) for a in args[:-1]):
@@ -131,12 +132,12 @@ def _fill(ctx, node, dims, value):
     return relax.op.full([simplify(d) for d in dims], value, ctx.attr(node, "T"))
 
 
-@register_converter("Tile")
+@register_converter("Tile", constant_inputs=(1,))
 def _tile(ctx, node, x, multiples):
     return relax.op.tile(x, [int(m) for m in np.asarray(ctx.constant(node, 1)).reshape(-1)])
 
 
-@register_converter("Slice")
+@register_converter("Slice", constant_inputs=(1, 2))
 def _slice(ctx, node, x, begin, size):
     begin = [int(b) for b in np.asarray(ctx.constant(node, 1)).reshape(-1)]
     size = [int(s) for s in np.asarray(ctx.constant(node, 2)).reshape(-1)]
@@ -160,7 +161,7 @@ def _split_outputs(x, sizes, axis):
             for b, e in zip([0] + bounds, bounds + [int(sum(sizes))])]  # fmt: skip
 
 
-@register_converter("Split")
+@register_converter("Split", constant_inputs=(0,))
 def _split(ctx, node, axis, x):
     axis = int(ctx.constant(node, 0))
     n = int(ctx.attr(node, "num_split"))
@@ -168,7 +169,7 @@ def _split(ctx, node, axis, x):
     return _split_outputs(x, [dim // n] * n, axis)
 
 
-@register_converter("SplitV")
+@register_converter("SplitV", constant_inputs=(1, 2))
 def _split_v(ctx, node, x, sizes, axis):
     sizes = [int(s) for s in np.asarray(ctx.constant(node, 1)).reshape(-1)]
     return _split_outputs(x, sizes, int(ctx.constant(node, 2)))

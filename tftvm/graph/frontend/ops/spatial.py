@@ -171,7 +171,7 @@ def _space_to_depth(ctx, node, x):
     return op.reshape(y, [n, h // b, w // b, b * b * c])
 
 
-@register_converter("MirrorPad")
+@register_converter("MirrorPad", constant_inputs=(1,))
 def _mirror_pad(ctx, node, x, paddings):
     mode = ctx.attr(node, "mode")
     if mode not in ("REFLECT", "SYMMETRIC"):
