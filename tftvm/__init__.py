@@ -6,9 +6,8 @@ import os as _os
 _os.environ.setdefault("TVM_BIND_THREADS", "0")
 _os.environ.setdefault("TVM_NUM_THREADS", str(_os.cpu_count() or 1))
 # After each parallel job TVM's workers yield 300000 times before they sleep (its default), and
-# every TF thread that runs a TvmCall has a pool of its own: the spinning took the cores from
-# TF's next op and from the other pools (MobileNetV2 at 224, batch 1, optimize: 10.1-11.6 ms
-# at TVM's default, 6.4-7.6 at 1000; the Keras model beside it 17.8-23.3 and 15.7-16.4 ms).
+# every TF thread that runs a TvmCall has a pool of its own: the spinning takes the cores from
+# TF's next op and from the other pools (benchmarks/HISTORY.md has the measurements).
 _os.environ.setdefault("TVM_THREAD_POOL_SPIN_COUNT", "1000")
 
 from .check import CheckReport, check  # noqa: E402

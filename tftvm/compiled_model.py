@@ -502,9 +502,8 @@ def _fused_and_scheduled(mod, target, database=None) -> tuple:
         mod.update_func(gv, tuned[gv] if gv in tuned else scheduled[gv.name_hint])
     # TVM 0.27's LLVM codegen declares every function before it emits any, and emits them all
     # with the no-alias setting of the last one declared (by symbol). With a None dim that is
-    # the VM's shape function, which has none: every kernel lost `noalias` (ResNet50 at 224,
-    # batch 1: 126 ms with a None batch, 52 ms with batch 1). This empty no-alias function
-    # sorts last.
+    # the VM's shape function, which has none: every kernel would lose `noalias`, and with it
+    # most of its speed (benchmarks/HISTORY.md). This empty no-alias function sorts last.
     last = tirx.PrimFunc([], tirx.Evaluate(tirx.IntImm("int32", 0)))
     mod[NOALIAS_LAST] = last.with_attrs({"global_symbol": NOALIAS_LAST, "tirx.noalias": True})
     return mod, len(kernels), len(tuned)
@@ -517,7 +516,7 @@ def _sha256(path: Path) -> str:
 def _register_tf_runner(frozen):
     """The function that makes one TF node (or island) callable from the VM, by a global name.
 
-    A single node runs as one eager TF op (TF's own op dispatch, about 35 µs); an
+    A single node runs as one eager TF op (TF's own op dispatch); an
     island, or a node whose attributes cannot be passed eagerly, runs as the frozen
     graph pruned to it.
     """
@@ -620,7 +619,7 @@ def _pruned(frozen, feeds: list[str], fetches: list[str]):
     graph = wrapped.graph
     feeds = [graph.get_tensor_by_name(f) for f in feeds]
     # A positional signature: without it every call first fails TF's structured binding,
-    # whose error message prints each input's values (8 ms per call on an LSTM's loop).
+    # whose error message prints each input's values (more than an LSTM's loop step costs).
     signature = [tf.TensorSpec(f.shape, f.dtype) for f in feeds]
     pruned = wrapped.prune(feeds, [graph.get_tensor_by_name(f) for f in fetches], input_signature=(signature, {}))
     return lambda tensors: pruned(*tensors)

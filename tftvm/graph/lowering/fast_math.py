@@ -2,13 +2,12 @@
 approximations.
 
 TVM's default legalization calls the C library per element (LLVM has no vector
-exp here): on 1.2M floats (EfficientNetB0's first swish) sigmoid took 3.4 ms, tanh
-6.8 ms (erf 12 ms), against TF's 1.2-1.7 ms. TOPI's fast_exp (range reduction and a
-polynomial) and fast_tanh (the rational approximation Eigen, and so TF, uses) vectorize:
-0.25-0.6 ms, with a relative error within twice TF's (tests/test_fast_math.py). erf is
+exp here), several times slower than TF's kernels. TOPI's fast_exp (range reduction and a
+polynomial) and fast_tanh (the rational approximation Eigen, and so TF, uses) vectorize,
+with a relative error within twice TF's (tests/test_fast_math.py). erf is
 TOPI's fast_erf (Eigen's rational approximation, clamped to [-4, 4]) with NaN put back where
-the clamp turned it into +-1; the schedule inlines that select into the polynomial's loop
-(a GELU over 128 x 2048 floats: 1.90 -> 0.09 ms, one thread). softmax and
+the clamp turned it into +-1; the schedule inlines that select into the polynomial's loop,
+which stays vectorized. softmax and
 log_softmax are TOPI's with fast_exp (TOPI's call the C library's exp: an encoder's
 attention probabilities are seq x seq per head). Other dtypes keep TVM's legalization.
 """

@@ -115,7 +115,7 @@ class RelaxProgram:
     call, unknown at compile time). What is computed from them alone (a batch norm's
     `rsqrt(variance + eps) * scale`) is lifted out of the activation kernels by Relax's
     LiftTransformParams into kernels of its own: fused into a conv, the schedule would
-    recompute it per output element (MobileNetV2's kernels ran 25% slower so). With
+    recompute it per output element. With
     `memoize_weights`, those kernels are memoized nodes (TvmOp.memoized): they run again
     only when a variable is given a new buffer. Not for a training step, whose variables
     change every call: a held buffer would make each update copy the variable first.

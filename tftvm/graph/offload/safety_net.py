@@ -7,7 +7,7 @@ of PyTorch Inductor's autotuning between its kernels and ATen). A cluster with `
 is timed again with them at LARGE_DIM (a batch of 8 is not a batch of 1 eight times: TF's
 kernels gain more from it than ours); where the two verdicts differ, the graph carries both
 sides and a `SizeSwitch` picks one per call from the size of its inputs. A timed call repeats the
-cluster, each repeat after the last, so that tf.function's call overhead (~280 µs here)
+cluster, each repeat after the last, so that tf.function's call overhead (hundreds of µs)
 does not drown a small cluster. Timings are cached on disk, keyed by the kernels' code, the
 TF subgraph and the machine (CPU and threads: a verdict on 2 cores says nothing of 64), so a
 second process pays nothing; a close call is measured again by the next processes (up to
@@ -38,15 +38,13 @@ log = logging.getLogger(__name__)
 
 MEASURE_DIM = 1  # a `None` dim (a batch, mostly) is measured at this size
 LARGE_DIM = 8  # and, for optimize's clusters, at this one too
-SLOWER_MARGIN = 1.05  # TF replaces TVM only when it is this much faster: medians move ~3% here
+SLOWER_MARGIN = 1.05  # TF replaces TVM only when it is this much faster: more than medians move
 # In the loop bodies of a training step, a cluster costs more per iteration than its own
-# timing shows: an LSTM(128) step over 40 steps, batch 64, whose forward and gradient bodies
-# timed as TF's (0.129 vs 0.125 ms, 0.382 vs 0.386 ms) ran the step 1.29x slower (forward
-# body alone 1.10x, gradient body 1.07x). There TVM must be this much faster to stay.
+# timing shows (an LSTM step whose bodies timed as ties ran slower: benchmarks/HISTORY.md).
+# There TVM must be this much faster to stay.
 TRAINING_LOOP_MARGIN = 1.25
-# Likewise a training step's main graph: the Transformer block's step (forward and backward,
-# 207 ops in one cluster, batch 64) timed alone as a tie (TVM 48.7 ms, TF 46.5 ms) ran the
-# whole step 1.12-1.14x TF's time. TVM stays there only where it is this much faster.
+# Likewise a training step's main graph (a Transformer block's step timed alone as a tie ran
+# slower as a whole). TVM stays there only where it is this much faster.
 TRAINING_STEP_MARGIN = 1.10
 ROUNDS = 7  # interleaved timed calls per side
 CALL_SECONDS = 0.003  # a timed call repeats the cluster to last about this long
@@ -209,9 +207,9 @@ def random_inputs(specs, dim: int = MEASURE_DIM) -> list:
 
 def _repeated(run, repeats: int, inputs):
     """A tf.function of no arguments that runs `run` on `inputs` `repeats` times, each after the
-    last finished. The inputs are captured, not passed: a call passing enable()'s MobileNetV2
-    cluster its 263 inputs (the weights are inputs there) as arguments cost ~8 ms in Python,
-    paid by both sides, which hid a 2x difference in a near tie (captured: ~0.2 ms)."""
+    last finished. The inputs are captured, not passed: under enable() a cluster's weights are
+    inputs, hundreds of them, and a tf.function call that passes that many arguments costs
+    milliseconds of Python, paid by both sides, which would hide the difference being timed."""
     def body():
         outputs: list = []
         for _ in range(repeats):

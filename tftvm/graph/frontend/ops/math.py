@@ -95,11 +95,10 @@ def _rows_by_rows(a, b) -> bool:
     """Whether A·Bᵀ runs as dot products of rows (one einsum kernel; the default schedule
     gives it rfactor vectors) rather than as a transpose of B then a matmul (register tiles
     of whole vectors of B's rows): where B is computed (a constant's transpose is folded), the
-    batch dims are the same and the dots are long or the columns do not tile. Measured
-    through optimize with a ReLU after it: Q·Kᵀ [512, 30, 128] x 30 keys 6.2 -> 2.0 ms (the
-    transpose alone took 3.0 ms: its inner 30 does not vectorize), 17 keys 5.2 -> 0.74 ms,
-    [256, 1024] x [1024, 1024]ᵀ 6.1 -> 3.9 ms; but [8, 128, 64] x 128 keys 0.36 -> 0.51 ms,
-    so a short dot over a whole number of vectors of keys keeps the matmul."""
+    batch dims are the same and the dots are long or the columns do not tile: a transpose
+    whose inner axis (the keys) is no whole number of vectors does not vectorize, and long
+    dots amortize the sum across lanes; a short dot over a whole number of vectors of keys
+    keeps the matmul's register tiles (benchmarks/HISTORY.md has the measurements)."""
     from tvm import tirx
     from tvm.ir.expr import Constant
 
