@@ -159,12 +159,16 @@ def _versions() -> str:
 
 def _schedule_id(schedule: bool) -> str:
     """Part of the cache key: a change to the default schedule's code recompiles."""
-    if not schedule:
-        return "schedule=none"
+    return "schedule=" + _schedule_digest() if schedule else "schedule=none"
+
+
+@functools.cache
+def _schedule_digest() -> str:
+    """The default schedule's sources (the rules and their analysis), hashed once a process."""
     digest = hashlib.sha256()
-    for path in sorted((Path(__file__).parent / "schedule").rglob("*.py")):  # the rules and their analysis
+    for path in sorted((Path(__file__).parent / "schedule").rglob("*.py")):
         digest.update(path.read_bytes())
-    return "schedule=" + digest.hexdigest()
+    return digest.hexdigest()
 
 
 def compile_prim_func(func, *, func_name: str, num_outputs: int = 1, target=None,

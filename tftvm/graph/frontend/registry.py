@@ -15,7 +15,7 @@ from typing import Callable
 
 import numpy as np
 
-from ..tfgraph.names import tensor_name
+from ..tfgraph.names import tensor_inputs, tensor_name
 
 
 class Unsupported(Exception):
@@ -57,11 +57,11 @@ class Requirements:
             dtype = _dtype_name(node.attr["T"].type)
             if dtype not in self.dtypes:
                 return f"{node.op} of {dtype}: its converter takes {sorted(self.dtypes)}"
-        data = [i for i in node.input if not i.startswith("^")]
+        data = tensor_inputs(node)
         for index in self.constant_inputs:
             i = index % len(data)
             if not is_constant(i):
-                return f"input {i} of {node.op} must be a constant (it is {tensor_name(data[i])})"
+                return f"input {i} of {node.op} must be a constant (it is {data[i]})"
         return None
 
 
