@@ -9,7 +9,8 @@ import numpy as np
 
 
 def median_ms(fn, *args, repeats: int = 50, warmup: int = 3) -> float:
-    """Median wall time of `fn(*args)` in ms, each call synced by `.numpy()` on its outputs."""
+    """Median wall time of `fn(*args)` in ms, each call synced by `.numpy()` on its outputs
+    (numpy arrays, as other runtimes return, are on the host already)."""
     for _ in range(warmup):
         _sync(fn(*args))
     samples = []
@@ -22,7 +23,8 @@ def median_ms(fn, *args, repeats: int = 50, warmup: int = 3) -> float:
 
 def _sync(out) -> None:
     for t in out if isinstance(out, (tuple, list)) else [out]:
-        t.numpy()
+        if not isinstance(t, np.ndarray):
+            t.numpy()
 
 
 def machine() -> str:
@@ -37,6 +39,20 @@ def machine() -> str:
     except (OSError, StopIteration):
         pass
     return f"{cpu}, {os.cpu_count()} cores; TF {tf.__version__}, TVM {tvm.__version__}"
+
+
+CPU_FLAGS = ["avx2", "avx512f", "avx512_bf16", "amx_bf16", "amx_tile", "avx512_vnni", "amx_int8"]
+
+
+def cpu_flags() -> list[str]:
+    """The flags of CPU_FLAGS that /proc/cpuinfo lists (the vector and matrix units a
+    compiler may use for f32, bf16 and int8), in that order; [] where it cannot be read."""
+    try:
+        with open("/proc/cpuinfo") as f:
+            present = set(next(line for line in f if line.startswith("flags")).split(":", 1)[1].split())
+    except (OSError, StopIteration):
+        return []
+    return [flag for flag in CPU_FLAGS if flag in present]
 
 
 def print_table(rows: list[dict], columns: list[tuple[str, str]]) -> None:

@@ -5,8 +5,9 @@
 
 One model of every keras.applications family (random weights and batch-norm statistics, the smallest input
 each accepts unless --size), Keras RNN and text models (LSTM, GRU, SimpleRNN with
-states, Bidirectional, Conv1D), a two-input model, a Transformer encoder block (10x32, and
-128 tokens x 512 with 8 heads and a 2048-unit MLP) and an MLP (3 x 1024 units).
+states, Bidirectional, Conv1D), a two-input model, a Transformer encoder block (10x32,
+128 tokens x 512 with 8 heads and a 2048-unit MLP, and BERT-base's 128 x 768 with 12 heads
+and a 3072-unit MLP) and an MLP (3 x 1024 units).
 Each is compiled with a `None` batch by `tftvm.optimize` and `tftvm.compile_model`, and
 run as an unchanged script would run it under `tftvm.enable()` (path "enable": a
 tf.function of the model, instantiated while the pass is on), at batch 1 and 3 against
@@ -180,7 +181,8 @@ def models(size: int | None = None) -> dict:
                 "Bidirectional": _text(_bidirectional), "Conv1D text": _text(_conv1d),
                 "two-input": two_input, "Transformer block": transformer(10, 32, 4, 64),
                 # At the sizes that carry the time in practice (BERT-base-like width halved; a wide MLP):
-                "Transformer encoder 128x512": transformer(128, 512, 8, 2048), "MLP 1024x3": mlp(1024, 3)})  # fmt: skip
+                "Transformer encoder 128x512": transformer(128, 512, 8, 2048), "MLP 1024x3": mlp(1024, 3),
+                "BERT-base encoder": transformer(128, 768, 12, 3072)})  # fmt: skip
     return zoo
 
 

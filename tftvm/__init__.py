@@ -31,6 +31,9 @@ try:
     from . import native as _native
 
     _native.load()
+    from .cpu.features import request_amx as _request_amx
+
+    _request_amx()  # a graph loaded from a SavedModel may hold AMX kernels (cpu/features.py)
     from .enable_pass import enable_from_environment as _enable_from_environment
 
     _enable_from_environment()

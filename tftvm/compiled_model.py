@@ -21,6 +21,7 @@ import numpy as np
 from .graph import whole
 from .graph.frontend import Unsupported
 from .graph.frontend.support import NOT_COMPUTE
+from .graph.lowering.precision import PrecisionReport, check, to_bf16
 from .graph.offload import control_flow, safety_net
 from .graph.offload.pipeline import offload
 from .graph.offload.report import ConversionReport, OpInTF, in_tf_with_bodies
@@ -66,6 +67,7 @@ class CompiledModel:
             program.vm = relax.VirtualMachine(program.executable, tvm.cpu())
         self._relax = self.tvm_target = None  # the TVM IR and target, where compiled here (to rebuild)
         self.tuned_kernels = 0  # kernels of the general program with a tuned schedule
+        self.precision = PrecisionReport()  # what precision="bf16" moved to bf16 units, where compiled here
         self._lock = threading.Lock()  # one VM: its registers and memory plan are not per thread
         self._structure = frozen.structured_outputs
         self._ops = {n.name: n.op for n in frozen.graph_def.node}
@@ -228,6 +230,8 @@ class CompiledModel:
         lines = [f"compute nodes: {summary.compute_nodes}, in TVM: {summary.offloaded} "
                  f"({100 * summary.fraction:.1f}%), in TF: {len(summary.in_tf)}; "
                  f"{self.calls} calls, {1e3 * self.seconds:.2f} ms in all"]  # fmt: skip
+        if self.precision.precision != "f32":
+            lines.append(self.precision.text())
         if self.tuned_kernels:
             lines.append(f"tuned kernels: {self.tuned_kernels}")
         for program in self.statics.values():
@@ -342,7 +346,7 @@ def _checked(index: int, value, spec):
 
 
 def compile_model(model, input_signature, *, fallback: str = "tf", target=None, deny=None,
-                  keep_faster=None, database=None, specialize=None) -> CompiledModel:  # fmt: skip
+                  keep_faster=None, database=None, specialize=None, precision: str = "f32") -> CompiledModel:  # fmt: skip
     """Compile a whole TF model (Keras model, tf.function, callable) into one Relax VM program.
 
     `input_signature`: TensorSpecs, nested as the model takes its inputs (e.g. `[[s1, s2]]`
@@ -359,11 +363,14 @@ def compile_model(model, input_signature, *, fallback: str = "tf", target=None, 
     a list whose items each give one shape per flat input (for a one-input model, just
     its shape), e.g. `[(1, 224, 224, 3)]`; calls with exactly those shapes run it. Static
     kernels are faster than symbolic ones, and only they can be tuned.
+    `precision="bf16"`: matmuls and 1x1 convs take bf16 inputs with f32 accumulation, on the
+    CPU's AMX units where it has them (else they stay f32); `report()` says which ran.
     """
     from .kernel import resolve_target
 
     if fallback not in ("tf", "error"):
         raise ValueError(f"fallback must be 'tf' or 'error', got {fallback!r}")
+    check(precision)
     deny = frozenset(deny or ())
     frozen = freeze(model, input_signature)
     # Loop and branch bodies get their compute as tftvm ops; the loops run in TF, called by the VM.
@@ -374,7 +381,11 @@ def compile_model(model, input_signature, *, fallback: str = "tf", target=None, 
             raise Unsupported("fallback='error', and these ops have no TVM conversion: "
                               + "; ".join(f"{fb.op} ({fb.node}): {fb.reason}" for fb in needed))  # fmt: skip
     mod, fallbacks = whole.to_relax(frozen, _register_tf_runner(frozen), deny)
+    precision_report = PrecisionReport()
+    if precision == "bf16":
+        mod = to_bf16(mod, resolve_target(target), precision_report)
     compiled = _compiled(frozen, fallbacks, mod, resolve_target(target), database=database, specialize=specialize)
+    compiled.precision = precision_report
     compiled.body_offloaded = sum(b.offloaded for b in control_flow.flatten(bodies))
     if safety_net.enabled(keep_faster):
         compiled.keep_faster()

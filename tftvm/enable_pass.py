@@ -22,18 +22,21 @@ _rewritten_kept = False  # disabled with keep_rewritten=True: TF may still run r
 
 
 def enable(*, min_cluster_size: int = 3, max_clusters: int | None = None, allow: set | None = None,
-           deny: set | None = None, target=None, database=None, keep_faster=None) -> None:  # fmt: skip
+           deny: set | None = None, target=None, database=None, keep_faster=None, precision: str = "f32") -> None:  # fmt: skip
     """Offload the TVM-convertible parts of every graph TF runs from now on; the options are
     `tftvm.optimize`'s. Functions called before are instantiated again on their next call, so
     they go through the pass too (unless the pass was on already, with these options)."""
     import tvm_ffi
 
     from . import native
+    from .graph.lowering import precision as precisions
     from .graph.offload import safety_net
 
+    precisions.check(precision)
     native.load()
     options = dict(min_cluster_size=min_cluster_size, max_clusters=max_clusters, allow=allow, deny=deny,
-                   target=target, database=database, keep_faster=safety_net.enabled(keep_faster))  # fmt: skip
+                   target=target, database=database, keep_faster=safety_net.enabled(keep_faster),
+                   precision=precision)  # fmt: skip
     with _state:
         changed = not is_enabled() or options != _options
         _options.clear()

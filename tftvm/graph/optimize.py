@@ -8,6 +8,7 @@ from __future__ import annotations
 import tensorflow as tf
 
 from .. import tunable
+from .lowering import precision as precisions
 from .offload import control_flow, report, safety_net
 from .offload.pipeline import offload
 from .tfgraph.freeze import freeze
@@ -59,6 +60,11 @@ class Optimized(tf.Module):
     def _body_offloaded(self) -> int:
         return sum(b.offloaded for b in control_flow.flatten(self.bodies))
 
+    @property
+    def precision(self) -> precisions.PrecisionReport:
+        """What precision="bf16" moved to bf16 units, over all compiled clusters."""
+        return precisions.combined([c.program.precision for c in self._clusters if c.program is not None])
+
     def report(self) -> str:
         text = report.format_report(self._frozen, self._clusters, self._reasons, self._body_offloaded())
         text += "\n" + report.bodies_text(control_flow.flatten(self.bodies)) if self.bodies else ""
@@ -69,7 +75,8 @@ class Optimized(tf.Module):
 
 def optimize(fn, input_signature=None, *, cache_size: int = 8, min_cluster_size: int = 3,
              max_clusters: int | None = None, allow: set | None = None, deny: set | None = None, strict: bool = False,
-             target=None, progress=None, validate=False, database=None, keep_faster=None) -> Optimized:  # fmt: skip
+             target=None, progress=None, validate=False, database=None, keep_faster=None,
+             precision: str = "f32") -> Optimized:  # fmt: skip
     """Cluster the supported nodes of `fn`'s graph, compile each cluster with TVM, and
     return a callable that runs the clusters as tftvm ops and everything else in TF.
 
@@ -83,12 +90,14 @@ def optimize(fn, input_signature=None, *, cache_size: int = 8, min_cluster_size:
     where it is faster; where that depends on the size, the graph switches between them
     per call by the size of the cluster's inputs. The report gives the times. The timings
     are cached with the kernels.
+    `precision="bf16"`: matmuls and 1x1 convs take bf16 inputs with f32 accumulation, on the
+    CPU's AMX units where it has them (else they stay f32); the report says which ran.
     Without `input_signature`, each new input signature compiles a variant (LRU of
     `cache_size`); a second shape of the same pattern compiles a symbolic variant.
     """
     options = dict(min_cluster_size=min_cluster_size, max_clusters=max_clusters, allow=allow, deny=deny,
                    strict=strict, target=target, progress=progress, database=database,
-                   keep_faster=safety_net.enabled(keep_faster))  # fmt: skip
+                   keep_faster=safety_net.enabled(keep_faster), precision=precisions.check(precision))  # fmt: skip
     if input_signature is None:
         from .adaptive import AdaptiveOptimized
 

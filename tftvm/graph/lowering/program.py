@@ -115,22 +115,28 @@ class RelaxProgram:
     call, unknown at compile time). What is computed from them alone (a batch norm's
     `rsqrt(variance + eps) * scale`) is lifted out of the activation kernels by Relax's
     LiftTransformParams into kernels of its own: fused into a conv, the schedule would
-    recompute it per output element. With
+    recompute it per output element. `precision="bf16"`: products in bf16 where the CPU has
+    the units (lowering/precision.py; `self.precision` says what ran). With
     `memoize_weights`, those kernels are memoized nodes (TvmOp.memoized): they run again
     only when a variable is given a new buffer. Not for a training step, whose variables
     change every call: a held buffer would make each update copy the variable first.
     """
 
     def __init__(self, mod, name: str, target=None, schedule: bool = True, database=None, weights=(),
-                 memoize_weights: bool = False):  # fmt: skip
+                 memoize_weights: bool = False, precision: str = "f32"):  # fmt: skip
         import tensorflow as tf
 
+        from ...kernel import resolve_target
         from ...op import op
         from . import fold_scales, pack_weights
+        from .precision import PrecisionReport, to_bf16
 
         self.name = name
         self.params = list(mod["main"].params)
         mod = fold_scales.fold(mod, sorted(weights))
+        self.precision = PrecisionReport()
+        if precision == "bf16":
+            mod = to_bf16(mod, resolve_target(target), self.precision, sorted(weights))
         if memoize_weights:
             mod = pack_weights.pack_prepared(mod, sorted(weights))
         lifted = _lift_weights(mod, sorted(weights)) if weights else None

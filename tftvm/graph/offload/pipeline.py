@@ -25,13 +25,14 @@ log = logging.getLogger(__name__)
 
 def offload(frozen, *, min_cluster_size=3, max_clusters=None, allow=None, deny=None, strict=False,
             target=None, progress=None, database=None, keep_faster=False, kept=None, tvm_must_win_by=None,
-            memoize_weights=False):  # fmt: skip
+            memoize_weights=False, precision="f32"):  # fmt: skip
     """Mark, partition and compile the nodes of `frozen` (the main graph or a loop body):
     (clusters, reasons, run), `run` being a Python function of its inputs that replays it.
     `kept` ({node name: why}) names nodes that must stay TF nodes. `tvm_must_win_by`: with
     `keep_faster`, a cluster stays in TVM only where its own timing is this many times
     faster than TF's (ties go to TF). `memoize_weights`: what is computed from variables
-    alone runs again only when they change (a graph that does not update its variables)."""
+    alone runs again only when they change (a graph that does not update its variables).
+    `precision`: "f32", or "bf16" for products on the CPU's bf16 units (lowering/precision.py)."""
     nodes = list(frozen.graph_def.node)
     reasons = {}
     for n in nodes:
@@ -56,7 +57,7 @@ def offload(frozen, *, min_cluster_size=3, max_clusters=None, allow=None, deny=N
         members = [by_name[name] for name in group]
         inputs, outputs = replay.cluster_boundary(members, frozen, consumers)
         step = replay.ClusterStep(len(clusters), members, inputs, outputs)
-        refused = _compile(step, frozen, target, strict, database, memoize_weights)
+        refused = _compile(step, frozen, target, strict, database, memoize_weights, precision)
         if refused is not None:  # one node refused: it stays in TF, the rest is clustered again
             reasons[refused] = step.error
             inside = set(group)
@@ -73,7 +74,7 @@ def offload(frozen, *, min_cluster_size=3, max_clusters=None, allow=None, deny=N
     return clusters, reasons, replay.replay(frozen, clusters, _schedule(order, edges, clusters))
 
 
-def _compile(step, frozen, target, strict, database, memoize_weights=False) -> str | None:
+def _compile(step, frozen, target, strict, database, memoize_weights=False, precision="f32") -> str | None:
     """Compile `step`; on failure keep the reason in `step.error` and return the node that
     refused to convert, if one did (else the whole cluster stays in TF)."""
     start = time.perf_counter()
@@ -83,7 +84,7 @@ def _compile(step, frozen, target, strict, database, memoize_weights=False) -> s
         mod = to_relax(step.nodes, specs, step.outputs)
         weights = [i for i, t in enumerate(step.inputs) if _reads_a_variable(frozen.tensor(t))]
         step.program = RelaxProgram(mod, name=f"cluster{step.index}", target=target, database=database,
-                                          weights=weights, memoize_weights=memoize_weights)  # fmt: skip
+                                          weights=weights, memoize_weights=memoize_weights, precision=precision)  # fmt: skip
     except Exception as err:  # any failure leaves the cluster (or the refusing node) in TF, with the reason
         if strict:
             raise

@@ -78,6 +78,7 @@ def format_report(frozen, clusters, reasons, body_offloaded: int = 0) -> str:
         out_shapes = ", ".join(str(frozen.tensor(t).shape) for t in c.outputs)
         if c.program is not None:
             status = f"{len(c.program.kernels)} TVM kernels, compiled in {c.compile_seconds:.2f} s"
+            status += f"; {c.program.precision.text()}" if c.program.precision.precision != "f32" else ""
             status += f"; measured {timings_text(c)}" if c.timings else ""
             if c.switch is not None:
                 status += (f"; runs in TF where its inputs with None dims hold {'>=' if c.switch.tf_when_large else '<'}"
