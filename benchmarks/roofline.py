@@ -96,6 +96,7 @@ def main() -> None:
     parser.add_argument("--top", type=int, default=12)
     parser.add_argument("--repeats", type=int, default=10)
     parser.add_argument("--database", help="MetaSchedule database with tuned records (default: none)")
+    parser.add_argument("--precision", default="f32", help="compile_model's precision (f32, bf16)")
     parser.add_argument("--markdown", help="also write the table as Markdown to this file")
     args = parser.parse_args()
 
@@ -103,7 +104,7 @@ def main() -> None:
     inputs = [np.asarray(x) for x in make_inputs(np.random.default_rng(0), args.batch)]
     shapes = [x.shape for x in inputs]
     compiled = tftvm.compile_model(model, signature, keep_faster=False, specialize=[shapes],
-                                   database=args.database or None)  # fmt: skip
+                                   database=args.database or None, precision=args.precision)  # fmt: skip
     program = next(iter(compiled.statics.values()), None)
     executable = program.executable if program else compiled._executable  # a fully static signature has one
     vm = tvm.relax.VirtualMachine(executable, tvm.cpu())

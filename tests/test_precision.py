@@ -60,17 +60,43 @@ def test_the_amx_conv_kernel_matches_tf_on_bf16_inputs(rng, case):
     np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5 * np.abs(want).max())
 
 
+@needs_amx
+@pytest.mark.parametrize("post", [amx.PostOps(), amx.PostOps(residual=True, activation="relu"),
+                                  amx.PostOps(activation="relu6")], ids=lambda p: p.name())  # fmt: skip
+def test_post_ops_are_applied_as_the_kernels_write_their_results(rng, post):
+    k, n, rows = 64, 64, 37
+    a, b = _bf16(rng.standard_normal((rows, k))), _bf16(rng.standard_normal((k, n)))
+    bias, residual = rng.standard_normal(n).astype(np.float32), 4 * rng.standard_normal((rows, n)).astype(np.float32)
+    packed = b.reshape(k // 2, 2, n // 16, 16).transpose(2, 0, 3, 1).copy()
+    want = a.astype(np.float64) @ b.astype(np.float64) + bias + (residual if post.residual else 0)
+    want = {None: want, "relu": np.maximum(want, 0), "relu6": np.clip(want, 0, 6)}[post.activation]
+    inputs = [tf.constant(a), tf.constant(packed), tf.constant(bias)] + ([tf.constant(residual)] if post.residual else [])
+    got = tftvm.op(amx.matmul_bf16(k, n, post))(*inputs).numpy()
+    np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5 * np.abs(want).max())
+    # the conv kernel: the same post-ops on [1, rows, 1, n] as a 1x1 conv's output
+    conv = tftvm.op(amx.conv2d_bf16(rows, 1, k, n, (1, 1), (1, 1), (1, 1), post))
+    images = [tf.reshape(inputs[0], [1, rows, 1, k]), tf.constant(packed[:, None, None]), inputs[2]]
+    images += [tf.reshape(inputs[3], [1, rows, 1, n])] if post.residual else []
+    got = conv(*images).numpy().reshape(rows, n)
+    np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5 * np.abs(want).max())
+
+
 def _dense_and_conv_model():
     """Dense layers on a sequence (k = 64, 96: AMX's multiples of 32; n = 10 padded to a
     column block); convs: 3x3 stride 2 on 3 channels (k = 3: stays f32), 1x1 (k = 32: a
-    matmul over pixels), 3x3 SAME (k = 64, n = 8 padded; an odd image side)."""
+    matmul over pixels), 3x3 SAME with a residual add and ReLU (k = 64), 3x3 with n = 8 (padded;
+    an odd image side). Biases are random: a zero bias add is folded away when the graph is
+    frozen. Post-ops: the first Dense's bias, the 1x1's bias and ReLU, the residual conv's
+    bias, residual and ReLU; the padded products keep theirs."""
     keras.utils.set_random_seed(0)
+    layers = keras.layers
     tokens, image = keras.Input((12, 64)), keras.Input((9, 9, 3))
-    h = keras.layers.Dense(96, activation="gelu")(tokens)
-    text = keras.layers.Dense(10)(h)
-    c = keras.layers.Conv2D(32, 3, strides=2, padding="same", activation="relu")(image)
-    c = keras.layers.Conv2D(64, 1, activation="relu")(c)
-    c = keras.layers.Conv2D(8, 3, padding="same")(c)
+    h = layers.Dense(96, activation="gelu", bias_initializer="normal")(tokens)
+    text = layers.Dense(10, bias_initializer="normal")(h)
+    c = layers.Conv2D(32, 3, strides=2, padding="same", activation="relu")(image)
+    c = layers.Conv2D(64, 1, activation="relu", bias_initializer="normal")(c)
+    c = layers.ReLU()(layers.Conv2D(64, 3, padding="same", bias_initializer="normal")(c) + c)
+    c = layers.Conv2D(8, 3, padding="same", bias_initializer="normal")(c)
     signature = [[tf.TensorSpec([None, 12, 64]), tf.TensorSpec([None, 9, 9, 3])]]
     return keras.Model([tokens, image], [text, c]), signature
 
@@ -83,7 +109,7 @@ def _inputs(rng, batch=3):
 def _check_bf16(want, got, report: PrecisionReport):
     errors = [_relative(w, g) for w, g in zip(want, got)]
     if AMX:
-        assert report.units == "AMX-BF16" and (report.in_bf16, report.products) == (4, 5), report.text()
+        assert report.units == "AMX-BF16" and (report.in_bf16, report.products, report.post_ops) == (5, 6, 3), report.text()
         assert max(errors) <= BF16_RTOL
         assert min(errors) > 1e-5, "every output went through a bf16 product: its rounding shows"
     else:
@@ -113,8 +139,9 @@ def test_enable_takes_the_precision_option(rng):
     (rewrite,) = enable_pass.rewrites()[before:]
     errors = [_relative(w, g) for w, g in zip(want, got)]
     assert max(errors) <= (BF16_RTOL if AMX else 1e-5)
-    counts = [tuple(map(int, m)) for m in re.findall(r"bf16 on AMX-BF16: (\d+) of (\d+)", rewrite.report)]
-    assert tuple(map(sum, zip(*counts))) == ((4, 5) if AMX else ()), rewrite.report
+    counts = [tuple(map(int, m)) for m in re.findall(r"bf16 on AMX-BF16: (\d+) of (\d+) matmuls/convs, (\d+)",
+                                                     rewrite.report)]  # fmt: skip
+    assert tuple(map(sum, zip(*counts))) == ((5, 6, 3) if AMX else ()), rewrite.report
 
 
 def test_a_target_without_bf16_units_keeps_f32_and_says_so(rng):

@@ -21,6 +21,7 @@ import numpy as np
 from .graph import whole
 from .graph.frontend import Unsupported
 from .graph.frontend.support import NOT_COMPUTE
+from .graph.lowering import fold_scales
 from .graph.lowering.precision import PrecisionReport, check, to_bf16
 from .graph.offload import control_flow, safety_net
 from .graph.offload.pipeline import offload
@@ -382,8 +383,8 @@ def compile_model(model, input_signature, *, fallback: str = "tf", target=None, 
                               + "; ".join(f"{fb.op} ({fb.node}): {fb.reason}" for fb in needed))  # fmt: skip
     mod, fallbacks = whole.to_relax(frozen, _register_tf_runner(frozen), deny)
     precision_report = PrecisionReport()
-    if precision == "bf16":
-        mod = to_bf16(mod, resolve_target(target), precision_report)
+    if precision == "bf16":  # batch norms' scales folded into the weights first, as optimize's clusters do
+        mod = to_bf16(fold_scales.fold(mod, []), resolve_target(target), precision_report)
     compiled = _compiled(frozen, fallbacks, mod, resolve_target(target), database=database, specialize=specialize)
     compiled.precision = precision_report
     compiled.body_offloaded = sum(b.offloaded for b in control_flow.flatten(bodies))

@@ -17,9 +17,12 @@ releases the tiles when done.
 """
 from __future__ import annotations
 
+import dataclasses
+
 K_STEP = 32  # bf16 values of k per tile (64 bytes a row)
 ROW_BLOCK = 32  # two 16-row tiles of A and C
 COLUMN_BLOCK = 32  # two 16-column tiles of B and C
+ROW_CHUNK = 8  # row blocks a parallel task runs one after another, under one tile configuration
 
 
 def packed_shape(k: int, n: int) -> tuple[int, int, int, int]:
@@ -34,6 +37,48 @@ def supports(k: int, n: int) -> bool:
 
 def padded_columns(n: int) -> int:
     return -(-n // COLUMN_BLOCK) * COLUMN_BLOCK
+
+
+ACTIVATIONS = (None, "relu", "relu6")
+
+
+@dataclasses.dataclass(frozen=True)
+class PostOps:
+    """What a kernel applies to each 32 x 32 block of results as it writes them, while they
+    are in cache (oneDNN's post-ops): + bias[column], then + residual[same element] where
+    `residual`, then `activation`. The kernel then takes `bias` ([n] f32) and, with `residual`,
+    a tensor of its output's shape after the packed weights."""
+
+    residual: bool = False
+    activation: str | None = None
+
+    def __post_init__(self):
+        if self.activation not in ACTIVATIONS:
+            raise ValueError(f"activation must be one of {ACTIVATIONS}, got {self.activation!r}")
+
+    def name(self) -> str:
+        return "_bias" + ("_residual" if self.residual else "") + (f"_{self.activation}" if self.activation else "")
+
+    def apply(self, value, bias, residual, index: tuple):
+        """The result written for accumulator `value` at output `index` (TIR expressions)."""
+        from tvm.script import tirx as T
+
+        value = value + bias[index[-1]]
+        if self.residual:
+            value = value + residual[index]
+        if self.activation == "relu":
+            value = T.max(value, T.float32(0))
+        elif self.activation == "relu6":
+            value = T.min(T.max(value, T.float32(0)), T.float32(6))
+        return value
+
+
+def _without_unused(func, names: list[str]):
+    """`func` without the params named `names` (declared for every variant, read by none here)."""
+    from tvm import tirx
+
+    keep = [p for p in func.params if p.name not in names]
+    return tirx.PrimFunc(keep, func.body, func.ret_type, func.attrs)
 
 
 def _tiles():
@@ -92,55 +137,78 @@ def _tiles():
     return configure, zero, load, multiply_2x2, multiply_1x2, store, release
 
 
-def matmul_bf16(k: int, n: int):
-    """The PrimFunc (A [m, k] bf16, B packed [n/16, k/2, 16, 2] bf16, C [m, n] f32), m symbolic;
-    `k` a multiple of K_STEP, `n` of COLUMN_BLOCK. Written without blocks: the default schedule
-    leaves it as it is."""
+def matmul_bf16(k: int, n: int, post: PostOps | None = None):
+    """The PrimFunc (A [m, k] bf16, B packed [n/16, k/2, 16, 2] bf16, [bias [n] f32,
+    [residual [m, n] f32,]] C [m, n] f32), m symbolic; `k` a multiple of K_STEP, `n` of
+    COLUMN_BLOCK; `post`: the post-ops on the results (then bias, and residual where it says).
+    Written without blocks: the default schedule leaves it as it is."""
     from tvm.script import tirx as T
 
     assert k % K_STEP == 0 and n % COLUMN_BLOCK == 0, (k, n)
     configure, zero, load, multiply_2x2, multiply_1x2, store, release = _tiles()
     k_steps, column_blocks = k // K_STEP, n // COLUMN_BLOCK
     a_stride, c_stride, b_stride = T.int64(2 * k), T.int64(4 * n), T.int64(64)  # bytes a row
+    fused = post is not None
+    apply = post.apply if fused else None
+    block_stride = T.int64(4 * COLUMN_BLOCK)  # a row of the block's accumulators
 
     @T.prim_func(check_well_formed=False)
-    def amx_matmul_bf16(a: T.handle, b: T.handle, c: T.handle):
+    def amx_matmul_bf16(a: T.handle, b: T.handle, bias: T.handle, residual: T.handle, c: T.handle):
         T.func_attr({"tir.noalias": True})
         m = T.int64()
         A = T.match_buffer(a, (m, k), "bfloat16")
         B = T.match_buffer(b, (n // 16, k // 2, 16, 2), "bfloat16")
+        Bias = T.match_buffer(bias, (n,), "float32")
+        R = T.match_buffer(residual, (m, n), "float32")
         C = T.match_buffer(c, (m, n), "float32")
         row_blocks = (m + ROW_BLOCK - 1) // ROW_BLOCK
-        for task in T.parallel(row_blocks * column_blocks):
+        row_chunks = (row_blocks + ROW_CHUNK - 1) // ROW_CHUNK
+        for task in T.parallel(row_chunks * column_blocks):
             config = T.decl_buffer((64,), "uint8", scope="local")
-            cb = task // row_blocks
-            row = task % row_blocks * ROW_BLOCK
+            acc = T.decl_buffer((ROW_BLOCK, COLUMN_BLOCK), "float32", scope="local")
+            cb = task // row_chunks
             col = cb * COLUMN_BLOCK
-            upper = T.min(m - row, T.int64(16))  # rows of the upper A and C tiles
-            lower = T.min(m - row - upper, T.int64(16))  # of the lower ones: 0 where there are none
-            configure(config, upper, lower)
-            if lower > 0:
-                zero(4)
-                for step in range(k_steps):
-                    load(4, T.address_of(A[row, step * K_STEP]), a_stride)
-                    load(5, T.address_of(A[row + 16, step * K_STEP]), a_stride)
-                    load(6, T.address_of(B[cb * 2, step * 16, 0, 0]), b_stride)
-                    load(7, T.address_of(B[cb * 2 + 1, step * 16, 0, 0]), b_stride)
-                    multiply_2x2()
-                store(2, T.address_of(C[row + 16, col]), c_stride)
-                store(3, T.address_of(C[row + 16, col + 16]), c_stride)
-            else:  # the last row block, 16 rows or fewer
-                zero(2)
-                for step in range(k_steps):
-                    load(4, T.address_of(A[row, step * K_STEP]), a_stride)
-                    load(6, T.address_of(B[cb * 2, step * 16, 0, 0]), b_stride)
-                    load(7, T.address_of(B[cb * 2 + 1, step * 16, 0, 0]), b_stride)
-                    multiply_1x2()
-            store(0, T.address_of(C[row, col]), c_stride)
-            store(1, T.address_of(C[row, col + 16]), c_stride)
+            first = task % row_chunks * ROW_CHUNK
+            for block in range(T.min(row_blocks - first, T.int64(ROW_CHUNK))):
+                row = (first + block) * ROW_BLOCK
+                upper = T.min(m - row, T.int64(16))  # rows of the upper A and C tiles
+                lower = T.min(m - row - upper, T.int64(16))  # of the lower ones: 0 where there are none
+                if block == 0 or lower < 16:  # a task's first block, and a last one of fewer rows
+                    configure(config, upper, lower)
+                if lower > 0:
+                    zero(4)
+                    for step in range(k_steps):
+                        load(4, T.address_of(A[row, step * K_STEP]), a_stride)
+                        load(5, T.address_of(A[row + 16, step * K_STEP]), a_stride)
+                        load(6, T.address_of(B[cb * 2, step * 16, 0, 0]), b_stride)
+                        load(7, T.address_of(B[cb * 2 + 1, step * 16, 0, 0]), b_stride)
+                        multiply_2x2()
+                    if fused:
+                        store(2, T.address_of(acc[16, 0]), block_stride)
+                        store(3, T.address_of(acc[16, 16]), block_stride)
+                    else:
+                        store(2, T.address_of(C[row + 16, col]), c_stride)
+                        store(3, T.address_of(C[row + 16, col + 16]), c_stride)
+                else:  # the last row block, 16 rows or fewer
+                    zero(2)
+                    for step in range(k_steps):
+                        load(4, T.address_of(A[row, step * K_STEP]), a_stride)
+                        load(6, T.address_of(B[cb * 2, step * 16, 0, 0]), b_stride)
+                        load(7, T.address_of(B[cb * 2 + 1, step * 16, 0, 0]), b_stride)
+                        multiply_1x2()
+                if fused:
+                    store(0, T.address_of(acc[0, 0]), block_stride)
+                    store(1, T.address_of(acc[0, 16]), block_stride)
+                    for i in range(upper + lower):
+                        for j in T.vectorized(COLUMN_BLOCK):
+                            C[row + i, col + j] = apply(acc[i, j], Bias, R, (row + i, col + j))
+                else:
+                    store(0, T.address_of(C[row, col]), c_stride)
+                    store(1, T.address_of(C[row, col + 16]), c_stride)
             release()
 
-    return amx_matmul_bf16
+    unused = ["Bias", "R"] if not fused else [] if post.residual else ["R"]
+    return _without_unused(amx_matmul_bf16, unused)
 
 
 def conv_packed_shape(kh: int, kw: int, c: int, o: int) -> tuple:
@@ -149,13 +217,14 @@ def conv_packed_shape(kh: int, kw: int, c: int, o: int) -> tuple:
     return (o // 16, kh, kw, c // 2, 16, 2)
 
 
-def conv2d_bf16(height: int, width: int, c: int, o: int, window, strides, dilation):
+def conv2d_bf16(height: int, width: int, c: int, o: int, window, strides, dilation, post: PostOps | None = None):
     """The PrimFunc (X [n, height, width, c] bf16, already padded; W packed as
-    `conv_packed_shape`; Y [n, out_h, out_w, o] f32), n symbolic; `c` a multiple of K_STEP,
-    `o` of COLUMN_BLOCK. A's tile rows are 16 neighbouring output pixels of one output row,
-    whose inputs lie a constant stride apart for every window position; its two A tiles are
-    two output rows, so that a 7-pixel row still makes a 2 x 2 tile block. The reduction runs
-    over the window and the channels in steps of 32."""
+    `conv_packed_shape`; [bias [o] f32, [residual [n, out_h, out_w, o] f32,]] Y [n, out_h,
+    out_w, o] f32), n symbolic; `c` a multiple of K_STEP, `o` of COLUMN_BLOCK; `post` as for
+    `matmul_bf16`. A's tile rows are 16 neighbouring output pixels of one output row, whose
+    inputs lie a constant stride apart for every window position; its two A tiles are two
+    output rows, so that a 7-pixel row still makes a 2 x 2 tile block. The reduction runs over
+    the window and the channels in steps of 32."""
     from tvm.script import tirx as T
 
     assert c % K_STEP == 0 and o % COLUMN_BLOCK == 0, (c, o)
@@ -166,44 +235,70 @@ def conv2d_bf16(height: int, width: int, c: int, o: int, window, strides, dilati
     per_image = row_pairs * column_blocks
     a_stride, c_stride, b_stride = T.int64(2 * c * sw), T.int64(4 * o), T.int64(64)  # bytes a tile row
     c_steps = c // K_STEP
+    fused = post is not None
+    apply = post.apply if fused else None
+    block_stride = T.int64(4 * COLUMN_BLOCK)  # a row of the block's accumulators
 
     @T.prim_func(check_well_formed=False)
-    def amx_conv2d_bf16(x: T.handle, w: T.handle, y: T.handle):
+    def amx_conv2d_bf16(x: T.handle, w: T.handle, bias: T.handle, residual: T.handle, y: T.handle):
         T.func_attr({"tir.noalias": True})
         n = T.int64()
         X = T.match_buffer(x, (n, height, width, c), "bfloat16")
         W = T.match_buffer(w, (o // 16, kh, kw, c // 2, 16, 2), "bfloat16")
+        Bias = T.match_buffer(bias, (o,), "float32")
+        R = T.match_buffer(residual, (n, out_h, out_w, o), "float32")
         Y = T.match_buffer(y, (n, out_h, out_w, o), "float32")
-        for task in T.parallel(channel_blocks * n * per_image):
+        spatial_chunks = (per_image + ROW_CHUNK - 1) // ROW_CHUNK
+        for task in T.parallel(channel_blocks * n * spatial_chunks):
             config = T.decl_buffer((64,), "uint8", scope="local")
-            cb = task // (n * per_image)  # channel blocks outermost: each block's weights stay in cache
-            image = task % (n * per_image) // per_image
-            top = task % per_image // column_blocks * 2
-            left = task % column_blocks * 16
+            acc = T.decl_buffer((ROW_BLOCK, COLUMN_BLOCK), "float32", scope="local")
+            cb = task // (n * spatial_chunks)  # channel blocks outermost: each block's weights stay in cache
+            image = task % (n * spatial_chunks) // spatial_chunks
+            first = task % spatial_chunks * ROW_CHUNK
             out = cb * COLUMN_BLOCK
-            pixels = T.min(T.int64(out_w) - left, T.int64(16))
-            lower = T.if_then_else(top + 1 < out_h, pixels, T.int64(0))
-            configure(config, pixels, lower)
-            if lower > 0:
-                zero(4)
-                for ky, kx, step in T.grid(kh, kw, c_steps):
-                    load(4, T.address_of(X[image, top * sh + ky * dh, left * sw + kx * dw, step * K_STEP]), a_stride)
-                    load(5, T.address_of(X[image, (top + 1) * sh + ky * dh, left * sw + kx * dw, step * K_STEP]),
-                         a_stride)
-                    load(6, T.address_of(W[cb * 2, ky, kx, step * 16, 0, 0]), b_stride)
-                    load(7, T.address_of(W[cb * 2 + 1, ky, kx, step * 16, 0, 0]), b_stride)
-                    multiply_2x2()
-                store(2, T.address_of(Y[image, top + 1, left, out]), c_stride)
-                store(3, T.address_of(Y[image, top + 1, left, out + 16]), c_stride)
-            else:  # the last output row of an odd count
-                zero(2)
-                for ky, kx, step in T.grid(kh, kw, c_steps):
-                    load(4, T.address_of(X[image, top * sh + ky * dh, left * sw + kx * dw, step * K_STEP]), a_stride)
-                    load(6, T.address_of(W[cb * 2, ky, kx, step * 16, 0, 0]), b_stride)
-                    load(7, T.address_of(W[cb * 2 + 1, ky, kx, step * 16, 0, 0]), b_stride)
-                    multiply_1x2()
-            store(0, T.address_of(Y[image, top, left, out]), c_stride)
-            store(1, T.address_of(Y[image, top, left, out + 16]), c_stride)
+            for block in range(T.min(per_image - first, ROW_CHUNK)):
+                top = (first + block) // column_blocks * 2
+                left = (first + block) % column_blocks * 16
+                pixels = T.min(T.int64(out_w) - left, T.int64(16))
+                lower = T.if_then_else(top + 1 < out_h, pixels, T.int64(0))
+                if block == 0 or pixels < 16 or lower < pixels:  # a task's first block, and partial ones
+                    configure(config, pixels, lower)
+                if lower > 0:
+                    zero(4)
+                    for ky, kx, step in T.grid(kh, kw, c_steps):
+                        load(4, T.address_of(X[image, top * sh + ky * dh, left * sw + kx * dw, step * K_STEP]),
+                             a_stride)
+                        load(5, T.address_of(X[image, (top + 1) * sh + ky * dh, left * sw + kx * dw, step * K_STEP]),
+                             a_stride)
+                        load(6, T.address_of(W[cb * 2, ky, kx, step * 16, 0, 0]), b_stride)
+                        load(7, T.address_of(W[cb * 2 + 1, ky, kx, step * 16, 0, 0]), b_stride)
+                        multiply_2x2()
+                    if fused:
+                        store(2, T.address_of(acc[16, 0]), block_stride)
+                        store(3, T.address_of(acc[16, 16]), block_stride)
+                    else:
+                        store(2, T.address_of(Y[image, top + 1, left, out]), c_stride)
+                        store(3, T.address_of(Y[image, top + 1, left, out + 16]), c_stride)
+                else:  # the last output row of an odd count
+                    zero(2)
+                    for ky, kx, step in T.grid(kh, kw, c_steps):
+                        load(4, T.address_of(X[image, top * sh + ky * dh, left * sw + kx * dw, step * K_STEP]),
+                             a_stride)
+                        load(6, T.address_of(W[cb * 2, ky, kx, step * 16, 0, 0]), b_stride)
+                        load(7, T.address_of(W[cb * 2 + 1, ky, kx, step * 16, 0, 0]), b_stride)
+                        multiply_1x2()
+                if fused:
+                    store(0, T.address_of(acc[0, 0]), block_stride)
+                    store(1, T.address_of(acc[0, 16]), block_stride)
+                    for half in range(T.if_then_else(lower > 0, 2, 1)):
+                        for i in range(pixels):
+                            for j in T.vectorized(COLUMN_BLOCK):
+                                Y[image, top + half, left + i, out + j] = apply(
+                                    acc[half * 16 + i, j], Bias, R, (image, top + half, left + i, out + j))
+                else:
+                    store(0, T.address_of(Y[image, top, left, out]), c_stride)
+                    store(1, T.address_of(Y[image, top, left, out + 16]), c_stride)
             release()
 
-    return amx_conv2d_bf16
+    unused = ["Bias", "R"] if not fused else [] if post.residual else ["R"]
+    return _without_unused(amx_conv2d_bf16, unused)

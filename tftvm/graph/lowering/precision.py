@@ -38,6 +38,7 @@ class PrecisionReport:
     units: str = ""  # the instructions the bf16 products run on ("AMX-BF16"), "" where none
     products: int = 0  # matmuls and convs seen
     in_bf16: int = 0  # of those, how many run in bf16
+    post_ops: int = 0  # of those, how many write their results through their bias, residual add and activation
     left: list = dataclasses.field(default_factory=list)  # (op, why) for each product left in f32
 
     def text(self) -> str:
@@ -46,6 +47,7 @@ class PrecisionReport:
         if not self.units:
             return "precision: bf16 asked, but this CPU has no bf16 matrix unit tftvm uses: f32"
         text = f"precision: bf16 on {self.units}: {self.in_bf16} of {self.products} matmuls/convs"
+        text += f", {self.post_ops} with their bias (and residual, activation) fused" if self.post_ops else ""
         reasons = sorted({why for _, why in self.left})
         return text + (f"; in f32: {'; '.join(reasons)}" if reasons else "")
 
@@ -58,6 +60,7 @@ def combined(reports: list) -> PrecisionReport:
         out.units = out.units or r.units
         out.products += r.products
         out.in_bf16 += r.in_bf16
+        out.post_ops += r.post_ops
         out.left += r.left
     return out
 
@@ -77,8 +80,8 @@ def to_bf16(mod, target=None, report: PrecisionReport | None = None, weights=())
     if not features.amx_bf16(target):
         return mod
     report.units = "AMX-BF16"
-    kernels = {}  # the AMX kernels added, by name
-    static = weight_derived(mod["main"], weights) if weights else set()
+    kernels = {}  # the AMX kernels added: name -> (GlobalVar, make(post ops) -> PrimFunc)
+    static = weight_derived(mod["main"], weights)  # computed from constants and weight params alone
 
     @relax.expr_functor.mutator
     class Products(relax.PyExprMutator):
@@ -104,7 +107,8 @@ def to_bf16(mod, target=None, report: PrecisionReport | None = None, weights=())
     log.info("%s", report.text())
     if not report.in_bf16:
         return mod
-    return relax.transform.DeadCodeElimination()(tvm.IRModule(dict(rewriter.builder_.get().functions)))
+    out = tvm.IRModule(dict(rewriter.builder_.get().functions))
+    return relax.transform.DeadCodeElimination()(_with_post_ops(out, dict(kernels.values()), report))
 
 
 def _matmul_plan(call):
@@ -171,7 +175,7 @@ def _amx_matmul(bb, kernels: dict, x, w, k: int, n: int, out_dims):
         rows = rows * d
     a = emit(op.reshape(op.astype(x, "bfloat16"), [rows, k]))
     packed = emit(_packed(w, [k, n], n_padded, [k // 2, 2, n_padded // 16, 16], [2, 0, 3, 1]))
-    kernel = _kernel(bb, kernels, f"amx_matmul_bf16_{k}x{n_padded}", lambda: amx.matmul_bf16(k, n_padded))
+    kernel = _kernel(bb, kernels, f"amx_matmul_bf16_{k}x{n_padded}", lambda post: amx.matmul_bf16(k, n_padded, post))
     y = emit(relax.call_tir(kernel, [a, packed], relax.TensorType([rows, n_padded], "float32")))
     return op.reshape(_columns(bb, y, n, n_padded), out_dims)
 
@@ -195,7 +199,8 @@ def _amx_conv(bb, kernels: dict, x, w, hwio, strides, padding, dilation):
     n_padded = amx.padded_columns(n)
     packed = emit(_packed(w, hwio, n_padded, [kh, kw, k // 2, 2, n_padded // 16, 16], [4, 0, 1, 2, 5, 3]))
     name = f"amx_conv2d_bf16_{height}x{width}x{k}x{n_padded}_{kh}x{kw}_s{strides[0]}x{strides[1]}_d{dilation[0]}x{dilation[1]}"
-    kernel = _kernel(bb, kernels, name, lambda: amx.conv2d_bf16(height, width, k, n_padded, (kh, kw), strides, dilation))
+    kernel = _kernel(bb, kernels, name,
+                     lambda post: amx.conv2d_bf16(height, width, k, n_padded, (kh, kw), strides, dilation, post))
     out_h = (height - (kh - 1) * dilation[0] - 1) // strides[0] + 1
     out_w = (width - (kw - 1) * dilation[1] - 1) // strides[1] + 1
     y = emit(relax.call_tir(kernel, [a, packed], relax.TensorType([batch, out_h, out_w, n_padded], "float32")))
@@ -215,10 +220,115 @@ def _packed(w, dims: list, n_padded: int, split: list, order: list):
 
 
 def _kernel(bb, kernels: dict, name: str, make):
-    """The GlobalVar of kernel `name` in the module being built, added on first use."""
+    """The GlobalVar of kernel `name` (`make(post ops)` its PrimFunc) in the module being
+    built, added on first use."""
     if name not in kernels:
-        kernels[name] = bb.add_func(make().with_attr("global_symbol", name), name)
-    return kernels[name]
+        kernels[name] = (bb.add_func(make(None).with_attr("global_symbol", name), name), make)
+    return kernels[name][0]
+
+
+def _with_post_ops(mod, makers: dict, report: PrecisionReport):
+    """`mod` with the bias add after an AMX product, and a residual add and a ReLU (or ReLU6)
+    after that where there are, done by the product's kernel as it writes its results
+    (amx.PostOps): each would be a pass over the product's f32 output in memory. `makers`:
+    the AMX kernels' GlobalVars -> make(post ops). Each value between the product and the last
+    op taken must have no other reader; the bias is one value per output column; a padded
+    product (its columns sliced) keeps its ops."""
+    import tvm
+    from tvm import relax
+    from tvm.relax.dpl import is_op, rewrite_call, wildcard
+
+    from ...cpu import amx
+
+    added = {}  # kernel name -> GlobalVar
+    mod = relax.transform.CanonicalizeBindings()(mod)  # no `lv1 = lv` between the ops
+    product = is_op("relax.call_tir")(wildcard(), wildcard())
+    reshaped = is_op("relax.reshape")(product, wildcard())
+    core = product | reshaped | is_op("relax.reshape")(reshaped, wildcard())
+    bias, residual = wildcard(), wildcard()
+    biased = is_op("relax.add")(core, bias) | is_op("relax.add")(bias, core)
+    summed = is_op("relax.add")(biased, residual) | is_op("relax.add")(residual, biased)
+    relu, clip = is_op("relax.nn.relu")(summed | biased), is_op("relax.clip")(summed | biased, wildcard(), wildcard())
+
+    for func_gv, func in list(mod.functions.items()):
+        if not isinstance(func, relax.Function):
+            continue
+        var_of, uses = _bindings(func)
+        read_once = lambda value: uses.get(var_of.get(value)) == 1  # noqa: E731
+
+        def fused(call, matched):
+            p = matched[product]
+            gv = p.args[0]
+            inner = [matched[x] for x in (product, reshaped, core, biased, summed) if x in matched]
+            if gv not in makers or not all(read_once(v) for v in inner if not v.same_as(call)):  # the last op's may be read often
+                return call
+            out_ty = p.ty_args[0] if hasattr(p, "ty_args") else p.ty
+            n = int(out_ty.shape.values[-1])
+            b = var_of.get(matched[bias], matched[bias])
+            if _static(_shape(b) or [None]) not in ([n], [1] * (len(_shape(b) or [])  - 1) + [n]):
+                return call
+            if str(b.ty.dtype) != "float32":
+                return call
+            activation = "relu" if relu in matched else "relu6" if clip in matched and _is_relu6(call) else None
+            if clip in matched and activation is None:
+                return call
+            args = [*p.args[1].fields, b if len(_shape(b)) == 1 else relax.op.reshape(b, [n])]
+            r = None
+            if summed in matched:
+                r = var_of.get(matched[residual], matched[residual])
+                before = matched[biased]
+                if str(getattr(r.ty, "dtype", "")) != "float32" or not _same_shape(r, var_of.get(before, before)):
+                    return call
+                dims = list(out_ty.shape.values)
+                args.append(r if len(_shape(r)) == len(dims) else relax.op.reshape(r, dims))
+            post = amx.PostOps(residual=r is not None, activation=activation)
+            name = makers_name[gv] + post.name()
+            if name not in added:
+                added[name] = builder.add_func(makers[gv](post).with_attr("global_symbol", name), name)
+            report.post_ops += 1
+            y = relax.call_tir(added[name], args, out_ty)
+            return relax.op.reshape(y, list(call.ty.shape.values)) if core in matched and not p.same_as(matched[core]) else y
+
+        builder = relax.BlockBuilder(mod)  # gives the new kernels' GlobalVars their types
+        makers_name = {gv: gv.name_hint for gv in makers}
+        rewritten = func
+        for pattern in (relu | clip, summed, biased):  # the longest chains first
+            rewritten = rewrite_call(pattern, fused, rewritten)
+        if not rewritten.same_as(func):
+            mod = builder.get()
+            mod[func_gv] = rewritten
+    return mod
+
+
+def _bindings(func):
+    """(bound value -> its variable, variable -> how many times it is read) of `func`."""
+    from tvm import relax
+
+    var_of, uses = {}, {}
+    for block in func.body.blocks:
+        for binding in block.bindings:
+            var_of[binding.value] = binding.var
+            for v in relax.analysis.free_vars(binding.value):
+                uses[v] = uses.get(v, 0) + 1
+    for v in relax.analysis.free_vars(func.body.body):
+        uses[v] = uses.get(v, 0) + 1
+    return var_of, uses
+
+
+def _is_relu6(clip) -> bool:
+    low, high = (float(getattr(a, "value", float("nan"))) for a in clip.args[1:3])
+    return (low, high) == (0.0, 6.0)
+
+
+def _same_shape(a, b) -> bool:
+    """Do `a` and `b` have the same dims (symbolic ones the same variable)?"""
+    from tvm.sym.analyzer import Analyzer
+
+    x, y = _shape(a), _shape(b)
+    if x is None or y is None or len(x) != len(y):
+        return False
+    analyzer = Analyzer()
+    return all(analyzer.can_prove_equal(d, e) for d, e in zip(x, y))
 
 
 def _columns(bb, y, n: int, n_padded: int):
