@@ -46,8 +46,9 @@ def test_the_amx_kernel_is_an_f32_accumulated_product_of_bf16_inputs_at_any_row_
 
 @needs_amx
 @pytest.mark.parametrize("case", [(9, 9, 64, 64, 3, 1, 1), (8, 8, 32, 96, 3, 2, 1), (7, 7, 64, 32, 1, 2, 1),
-                                  (10, 6, 32, 64, 3, 1, 2), (7, 7, 32, 32, 3, 1, 1)],
-                         ids=["3x3", "3x3-stride2", "1x1-stride2", "3x3-dilated", "7x7-image"])  # fmt: skip
+                                  (10, 6, 32, 64, 3, 1, 2), (7, 7, 32, 32, 3, 1, 1), (9, 38, 32, 32, 3, 1, 1)],
+                         ids=["3x3", "3x3-stride2", "1x1-stride2", "3x3-dilated", "7x7-image",
+                              "rows-of-16-then-4-pixels"])  # fmt: skip
 def test_the_amx_conv_kernel_matches_tf_on_bf16_inputs(rng, case):
     height, width, c, o, window, stride, dilation = case
     x = _bf16(rng.standard_normal((2, height, width, c)))

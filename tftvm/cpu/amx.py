@@ -261,7 +261,9 @@ def conv2d_bf16(height: int, width: int, c: int, o: int, window, strides, dilati
                 left = (first + block) % column_blocks * 16
                 pixels = T.min(T.int64(out_w) - left, T.int64(16))
                 lower = T.if_then_else(top + 1 < out_h, pixels, T.int64(0))
-                if block == 0 or pixels < 16 or lower < pixels:  # a task's first block, and partial ones
+                # A task's first block, and every block whose rows differ from the tiles' (a partial
+                # column block, the last row of an odd count, and the full block after either).
+                if block == 0 or config[48] != T.Cast("uint8", pixels) or config[50] != T.Cast("uint8", T.max(lower, 1)):
                     configure(config, pixels, lower)
                 if lower > 0:
                     zero(4)
