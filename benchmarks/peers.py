@@ -14,7 +14,7 @@ Ways, each built once per model and called on the same inputs: "TF"
 (`tf.function(model)`), "XLA" (`jit_compile=True`), "TF frozen" (tftvm's frozen,
 constant-folded graph run by TF), "tftvm optimize", "tftvm compile_model" (default CPU
 schedules, no tuning), with `--precision bf16` also both tftvm paths with
-`precision="bf16"` where this tftvm's `optimize` has that option, and "OpenVINO f32" /
+`precision="bf16"`, and "OpenVINO f32" /
 "OpenVINO bf16": the Keras 3 SavedModel export (`model.export`) through
 `openvino.convert_model`, compiled for "CPU" with PERFORMANCE_HINT LATENCY and
 INFERENCE_PRECISION_HINT f32 or bf16, its batch left dynamic as exported (as tftvm's).
@@ -63,23 +63,12 @@ COLUMNS = [("way", ""), ("batch", ""), ("ms", ".2f"), ("/TF", ".2f"), ("rel erro
            ("top-1 same", ""), ("in TVM %", ".1f"), ("runs in", ""), ("error", "")]  # fmt: skip
 
 
-def tftvm_has_precision() -> bool:
-    """Whether this tftvm's `optimize` takes a `precision` keyword (bf16 compiles)."""
-    import inspect
-
-    import tftvm
-
-    return "precision" in inspect.signature(tftvm.optimize).parameters
-
-
 def ways(precision: str | None) -> tuple[list[str], list[str]]:
     """The ways to run, and one line for each group of ways skipped and why."""
     names = ["TF", "XLA", "TF frozen", "tftvm optimize", "tftvm compile_model"]
     notes = []
-    if precision == "bf16" and tftvm_has_precision():
+    if precision == "bf16":
         names += ["tftvm optimize bf16", "tftvm compile_model bf16"]
-    elif precision == "bf16":
-        notes.append("bf16 tftvm rows skipped: this tftvm's optimize has no precision option")
     if importlib.util.find_spec("openvino") is not None:
         names += ["OpenVINO f32", "OpenVINO bf16"]
     else:
