@@ -282,7 +282,7 @@ def _with_post_ops(mod, makers: dict, report: PrecisionReport):
                 dims = list(out_ty.shape.values)
                 args.append(r if len(_shape(r)) == len(dims) else relax.op.reshape(r, dims))
             post = amx.PostOps(residual=r is not None, activation=activation)
-            name = makers_name[gv] + post.name()
+            name = gv.name_hint + post.name()
             if name not in added:
                 added[name] = builder.add_func(makers[gv](post).with_attr("global_symbol", name), name)
             report.post_ops += 1
@@ -290,7 +290,6 @@ def _with_post_ops(mod, makers: dict, report: PrecisionReport):
             return relax.op.reshape(y, list(call.ty.shape.values)) if core in matched and not p.same_as(matched[core]) else y
 
         builder = relax.BlockBuilder(mod)  # gives the new kernels' GlobalVars their types
-        makers_name = {gv: gv.name_hint for gv in makers}
         rewritten = func
         for pattern in (relu | clip, summed, biased):  # the longest chains first
             rewritten = rewrite_call(pattern, fused, rewritten)
