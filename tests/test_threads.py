@@ -1,4 +1,4 @@
-"""Many threads at once, and TVM's thread pool sized by TF's intra-op setting."""
+"""Many threads at once; parallel loops on TF's intra-op pool, sized by TF's intra-op setting."""
 import concurrent.futures
 
 import numpy as np
@@ -34,21 +34,61 @@ tf.config.threading.set_intra_op_parallelism_threads({intra})
 import numpy as np, tftvm, tvm_ffi
 from tvm import te
 n = te.var("n")
-A = te.placeholder((n,), "float32", name="A")
-op = tftvm.op([A], [te.compute((n,), lambda i: A[i] + 1.0, name="B")], name="inc")
-x = np.zeros(1 << 20, np.float32)
-assert (op(x).numpy() == 1).all()
-assert (tf.function(op)(x).numpy() == 1).all()
-print("TVM_THREADS", tvm_ffi.get_global_func("tftvm.max_tvm_threads")())
+A = te.placeholder((n, 256), "float32", name="A")
+B = te.placeholder((256, 256), "float32", name="B")
+k = te.reduce_axis((0, 256), "k")
+op = tftvm.op([A, B], [te.compute((n, 256), lambda i, j: te.sum(A[i, k] * B[k, j], axis=k), name="C")], name="mm")
+a, b = np.ones((512, 256), np.float32), np.ones((256, 256), np.float32)
+assert (op(a, b).numpy() == 256).all()
+assert (tf.function(op)(a, b).numpy() == 256).all()
+print("THREADS", tvm_ffi.get_global_func("tftvm.max_tvm_threads")(), tvm_ffi.get_global_func("tftvm.max_loop_threads")())
 """
 
 
-def test_tvm_threads_follow_tf_intra_op_setting():
+def test_parallel_loops_follow_tf_intra_op_setting():
+    """A kernel's parallel loop runs on as many threads as TF's intra-op pool has (TF's pool,
+    or TVM's sized to it for a library that TF's pool cannot run)."""
     for intra in (1, 2):
         proc = run_python(TVM_THREADS.format(intra=intra), env={"TVM_NUM_THREADS": "4"})
         assert proc.returncode == 0, proc.stderr[-3000:]
-        used = int(proc.stdout.split("TVM_THREADS")[1])
-        assert used == intra
+        tvm_pool, tf_pool = (int(t) for t in proc.stdout.split("THREADS")[1].split())
+        assert (tvm_pool, tf_pool) == (intra, intra)
+
+
+def test_parallel_loops_agree_on_tf_and_tvm_pools(rng):
+    """The same kernels give the same results with their loops on TF's pool (split into more
+    tasks than threads) and on TVM's, called from many threads at once."""
+    import tvm_ffi
+    from tvm import te
+
+    import tftvm
+    import tftvm.native
+
+    n = te.var("n")
+    A = te.placeholder((n, 256), "float32", name="A")
+    B = te.placeholder((256, 256), "float32", name="B")
+    k = te.reduce_axis((0, 256), "k")
+    C = te.compute((n, 256), lambda i, j: te.sum(A[i, k] * B[k, j], axis=k), name="C")
+    matmul = tftvm.op([A, B], [C], name="pools_matmul")  # static k and m: a parallel loop
+    a = rng.standard_normal((300, 256), dtype=np.float32)
+    b = rng.standard_normal((256, 256), dtype=np.float32)
+    graph = tf.function(matmul)
+
+    def work(i):
+        return graph(a[: 1 + i * 7], b).numpy() if i % 2 else matmul(a[: 1 + i * 7], b).numpy()
+
+    results = {}
+    try:
+        for tf_pool in (True, False):
+            tftvm.native.use_tf_threads(tf_pool)
+            with concurrent.futures.ThreadPoolExecutor(max_workers=4) as pool:
+                results[tf_pool] = list(pool.map(work, range(40)))
+    finally:
+        tftvm.native.use_tf_threads(True)
+    assert tvm_ffi.get_global_func("tftvm.max_loop_threads")() >= 1  # TF's pool did run loops
+    for i, (on_tf, on_tvm) in enumerate(zip(results[True], results[False])):
+        np.testing.assert_allclose(on_tf, a[: 1 + i * 7] @ b, rtol=1e-4, atol=1e-4)
+        np.testing.assert_array_equal(on_tf, on_tvm)
 
 
 SPIN = """

@@ -39,6 +39,11 @@ def _doctor(args) -> int:
     from . import cache_dir, kernel, native
     from .version import __version__
 
+    if args.forget_timings:
+        from .graph.offload.safety_net import forget_timings
+
+        print(f"forgot {forget_timings()} cached timings of the safety net; each cluster is measured again")
+
     cxx = os.environ.get("CXX", "g++")
     print(f"tftvm          {__version__}")
     print(f"python         {platform.python_version()}")
@@ -176,7 +181,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("-v", "--verbose", action="store_true", help="log at INFO level")
     sub = parser.add_subparsers(dest="command", required=True)
     sub.add_parser("demo", help="a TVM kernel as a TF op and a Keras CNN through optimize, checked and timed")
-    sub.add_parser("doctor", help="print versions, compiler, cache paths, bridge status")
+    doctor = sub.add_parser("doctor", help="print versions, compiler, cache paths, bridge status")
+    doctor.add_argument("--forget-timings", action="store_true",
+                        help="first drop the safety net's cached TVM-vs-TF timings (after a change of machine or load)")
     build = sub.add_parser("build-native", help="build (or rebuild) the bridge op library")
     build.add_argument("--force", action="store_true", help="rebuild even if cached")
     opt = sub.add_parser("optimize", help="offload a SavedModel's TVM-convertible subgraphs")

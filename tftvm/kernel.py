@@ -125,7 +125,7 @@ def _register(key: str, library: bytes) -> None:
         log.warning("could not write the TVM module to the cache (%s); using %s", err, path)
         cache_dir.atomic_write(path, library)
     module = tvm.runtime.load_module(str(path))
-    tvm_ffi.get_global_func("tftvm.register_module")(key, module)
+    tvm_ffi.get_global_func("tftvm.register_module")(key, module, str(path))
 
 
 def resolve_target(target):

@@ -156,4 +156,21 @@ def load():
         ops = tf.load_op_library(str(build(force=True)))
     # Where the kernel finds the library of a TvmCall node by its key (kernel.py writes them).
     tvm_ffi.get_global_func("tftvm.set_module_dir")(str(cache_dir.module_dir()))
+    tvm_ffi.get_global_func("tftvm.set_tf_threads")(os.environ.get(TF_THREADS_ENV, "1") != "0")
     return ops
+
+
+TF_THREADS_ENV = "TFTVM_TF_THREADS"
+
+
+def use_tf_threads(enabled: bool = True) -> None:
+    """Whether the parallel loops of TVM kernels run by tftvm ops go to TF's intra-op thread
+    pool (True, the default; $TFTVM_TF_THREADS=0 starts a process with False) or to TVM's own
+    pool. TF's pool is shared with TF's kernels and hands each thread several small tasks, so a
+    core taken by another process slows a loop by its share; TVM's pool splits a loop into one
+    part per thread, fixed, and each TF thread that calls tftvm ops has a pool of its own
+    (tf_threads.h). compile_model's VM, called from Python, always runs on TVM's pool."""
+    import tvm_ffi
+
+    load()
+    tvm_ffi.get_global_func("tftvm.set_tf_threads")(bool(enabled))

@@ -1,5 +1,7 @@
 #include "module_registry.h"
 
+#include "tf_threads.h"
+
 #include <fcntl.h>
 #include <openssl/sha.h>  // BoringSSL, exported by libtensorflow_framework
 #include <sys/stat.h>
@@ -163,7 +165,9 @@ tvm::ffi::Module ModuleRegistry::LoadEmbedded(const std::string& key, const std:
   std::string path = dir + "/" + key + ".so";
   if (!FileHasBytes(path, bytes)) WriteAtomically(path, bytes);
   try {
-    return tvm::ffi::Module::LoadFromFile(path);
+    tvm::ffi::Module module = tvm::ffi::Module::LoadFromFile(path);
+    UseTfThreads(path);
+    return module;
   } catch (const tvm::ffi::Error& e) {
     throw std::runtime_error("cannot load TVM module '" + path + "': " + e.kind() + ": " +
                              e.message());

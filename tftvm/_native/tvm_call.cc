@@ -24,6 +24,7 @@
 
 #include "module_registry.h"
 #include "shape_spec.h"
+#include "tf_threads.h"
 #include "tvm_call.h"
 #include "tensorflow/core/framework/op.h"
 #include "tensorflow/core/framework/op_kernel.h"
@@ -373,6 +374,7 @@ class TvmCallOp : public OpKernel {
       args.push_back(scalar ? ScalarArg(in_dtypes_[i], ctx->input(i).data()) : tvm::ffi::AnyView(&dl[i]));
     }
     tvm::ffi::Any result;
+    ParallelScope on_tf_threads(ctx->device()->tensorflow_cpu_worker_threads()->workers);
     try {
       func_->CallPacked(args.data(), static_cast<int32_t>(args.size()), &result);
     } catch (const tvm::ffi::Error& e) {
@@ -478,7 +480,8 @@ TVM_FFI_STATIC_INIT_BLOCK() {
   namespace refl = tvm::ffi::reflection;
   refl::GlobalDef()
       .def("tftvm.register_module",
-           [](tvm::ffi::String key, tvm::ffi::Module module) {
+           [](tvm::ffi::String key, tvm::ffi::Module module, tvm::ffi::String path) {
+             UseTfThreads(std::string(path));
              ModuleRegistry::Global().Register(std::string(key), module);
            })
       .def("tftvm.register_function",
@@ -494,7 +497,8 @@ TVM_FFI_STATIC_INIT_BLOCK() {
       .def("tftvm.num_modules", []() -> int64_t {
         return static_cast<int64_t>(ModuleRegistry::Global().size());
       })
-      .def("tftvm.max_tvm_threads", []() -> int64_t { return g_max_tvm_threads.load(); });
+      .def("tftvm.max_tvm_threads", []() -> int64_t { return g_max_tvm_threads.load(); })
+      .def("tftvm.max_loop_threads", []() -> int64_t { return MaxLoopThreads(); });
 }
 
 }  // namespace tftvm

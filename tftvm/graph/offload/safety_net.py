@@ -12,7 +12,11 @@ does not drown a small cluster. Timings are cached on disk, keyed by the kernels
 TF subgraph and the machine (CPU and threads: a verdict on 2 cores says nothing of 64), so a
 second process pays nothing; a close call is measured again by the next processes (up to
 MEASUREMENTS in all, the medians of them deciding), so one noisy run does not decide for
-ever. `compile_model` times the whole model (its VM against its frozen TF graph) with `time_calls`.
+ever. Nor does a busy machine: a timing taken while other processes used more than BUSY_SHARE
+of the cores (cpu/load.py) is measured again by the next processes, and the timings of a quiet
+machine, once there is one, decide alone; a verdict older than MAX_AGE_DAYS is measured anew
+(the machine, its neighbours, TF and tftvm change); `tftvm doctor --forget-timings` drops them
+all. `compile_model` times the whole model (its VM against its frozen TF graph) with `time_calls`.
 """
 from __future__ import annotations
 
@@ -30,6 +34,7 @@ import numpy as np
 import tensorflow as tf
 
 from ... import cache_dir
+from ...cpu.load import others_share
 from ..tfgraph.functions import graph_runner
 from ..tfgraph.names import without_control_inputs
 from .report import timings_text
@@ -54,7 +59,12 @@ WARM_CALLS = 3
 # 1.05 to 1.25): later processes measure it again, until MEASUREMENTS timings decide.
 CLOSE_CALL = 1.4
 MEASUREMENTS = 3
-FORMAT = 3  # 3: inputs captured, not passed (see _repeated)
+# Other processes used more than this share of all cores while a timing was taken: TVM's
+# parallel loops and TF's kernels lose unequally to a neighbour (benchmarks/contention.py),
+# so the timing is no verdict on the quiet machine.
+BUSY_SHARE = 0.25
+MAX_AGE_DAYS = 30
+FORMAT = 4  # 4: each timing says whether the machine was busy, and when it was taken
 
 
 @dataclasses.dataclass(frozen=True)
@@ -65,6 +75,8 @@ class Timing:
     tf_seconds: float
     cached: bool = False  # read from the disk cache, not measured by this process
     measurements: int = 1  # the timings (one per process) whose medians these are
+    busy: bool = False  # other processes used more than BUSY_SHARE of the cores meanwhile
+    taken_at: float = 0.0  # time.time() when it was measured
 
     @property
     def tf_faster(self) -> bool:
@@ -77,7 +89,8 @@ class Timing:
 
     def __str__(self) -> str:
         times = f"TVM {1e3 * self.tvm_seconds:.3f} ms, TF {1e3 * self.tf_seconds:.3f} ms"
-        return times if self.measurements == 1 else f"{times}, medians of {self.measurements} runs"
+        times += "" if self.measurements == 1 else f", medians of {self.measurements} runs"
+        return times + (", the machine busy" if self.busy else "")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -107,21 +120,36 @@ def compare(step, frozen, graph_def, dim: int) -> Timing:
     before = _read(key)
     if before:
         cached = _combined(before)
-        if not (cached.close and len(before) < MEASUREMENTS):
+        why = _why_measure_again(before, cached)
+        if why is None:
             return dataclasses.replace(cached, cached=True)
-        log.info("cluster %d, None dims at %d: a close call (%s), measuring it again", step.index, dim, cached)
+        log.info("cluster %d, None dims at %d: %s (%s), measuring it again", step.index, dim, why, cached)
     run_tf = graph_runner(graph_def, step.inputs, step.outputs)
-    measured = before + [time_both(step.program, run_tf, inputs)]
+    measured = before + [dataclasses.replace(time_both(step.program, run_tf, inputs), taken_at=time.time())]
     _write(key, measured)
     timing = _combined(measured)
     log.info("cluster %d, None dims at %d: %s", step.index, dim, timing)
     return timing
 
 
+def _why_measure_again(timings: list[Timing], combined: Timing) -> str | None:
+    """Why a later process measures a cached verdict again (None: it stands)."""
+    if len(timings) >= MEASUREMENTS:
+        return None
+    if combined.close:
+        return "a close call"
+    if combined.busy:
+        return "measured while other processes kept the cores busy"
+    return None
+
+
 def _combined(timings: list[Timing]) -> Timing:
-    """One Timing of several processes' measurements: each side's median."""
-    return Timing(statistics.median(t.tvm_seconds for t in timings), statistics.median(t.tf_seconds for t in timings),
-                  measurements=len(timings))  # fmt: skip
+    """One Timing of several processes' measurements: each side's median, over the timings
+    of a quiet machine where there are any."""
+    quiet = [t for t in timings if not t.busy] or timings
+    return Timing(statistics.median(t.tvm_seconds for t in quiet), statistics.median(t.tf_seconds for t in quiet),
+                  measurements=len(quiet), busy=quiet is timings and all(t.busy for t in timings),
+                  taken_at=max(t.taken_at for t in quiet))  # fmt: skip
 
 
 def size_switch(step, frozen, graph_def, dynamic) -> SizeSwitch | None:
@@ -151,14 +179,24 @@ def time_both(run_tvm, run_tf, inputs) -> Timing:
     once = [_fetching(_repeated(run, 1, inputs), []) for run in (run_tvm, run_tf)]
     repeats = _repeats(_single_run(once))
     calls = [_fetching(_repeated(run, repeats, inputs), []) for run in (run_tvm, run_tf)] if repeats > 1 else once
-    return _interleaved(calls, calls_per_sample=1, runs_per_call=repeats)
+    return _on_this_machine(lambda: _interleaved(calls, calls_per_sample=1, runs_per_call=repeats))
 
 
 def time_calls(run_tvm, run_tf, inputs) -> Timing:
     """Interleaved medians of two Python callables on `inputs` (a whole compiled model and
     its TF graph: both called from Python, each call's overhead alike)."""
     calls = [_fetching(f, inputs) for f in (run_tvm, run_tf)]
-    return _interleaved(calls, calls_per_sample=_repeats(_single_run(calls)), runs_per_call=1)
+    repeats = _repeats(_single_run(calls))
+    return _on_this_machine(lambda: _interleaved(calls, calls_per_sample=repeats, runs_per_call=1))
+
+
+def _on_this_machine(measure) -> Timing:
+    """measure()'s Timing, marked busy where other processes used more than BUSY_SHARE of
+    the cores meanwhile."""
+    timing, share = others_share(measure)
+    if share > BUSY_SHARE:
+        log.info("timed while other processes used %.0f%% of the cores: later processes measure it again", 100 * share)
+    return dataclasses.replace(timing, busy=share > BUSY_SHARE)
 
 
 def _fetching(f, inputs):
@@ -262,27 +300,42 @@ def _path(key: str):
     return cache_dir.subdir("timings") / f"{key}.json"
 
 
+def forget_timings() -> int:
+    """Drops every cached timing (the next optimize of each model measures its clusters
+    again); returns how many there were."""
+    entries = list(cache_dir.subdir("timings").glob("*.json"))
+    for path in entries:
+        path.unlink(missing_ok=True)
+    return len(entries)
+
+
 def _read(key: str) -> list[Timing]:
-    """The timings measured before (one per process), oldest first; none if there are none."""
+    """The timings measured before (one per process) and not older than MAX_AGE_DAYS, oldest
+    first; none if there are none, or the entry is another tftvm's format."""
     path = _path(key)
     if not path.exists():
         return []
     try:
         data = json.loads(path.read_text())
-        if data.get("format") != FORMAT:
-            raise ValueError(f"format {data.get('format')}, expected {FORMAT}")
-        timings = [Timing(float(m["tvm_seconds"]), float(m["tf_seconds"])) for m in data["measurements"]]
+        if isinstance(data, dict) and isinstance(data.get("format"), int) and data["format"] != FORMAT:
+            log.info("timing cache entry %s is in format %d, not %d: measuring again", path, data["format"], FORMAT)
+            return []
+        timings = [Timing(float(m["tvm_seconds"]), float(m["tf_seconds"]), busy=bool(m["busy"]),
+                          taken_at=float(m["taken_at"])) for m in data["measurements"]]  # fmt: skip
         if not timings:
             raise ValueError("no measurements")
-        return timings
     except (OSError, ValueError, KeyError, TypeError) as err:
         log.warning("ignoring a corrupt timing cache entry %s (%s); measuring again", path, err)
         return []
+    fresh = [t for t in timings if time.time() - t.taken_at < MAX_AGE_DAYS * 86400]
+    if len(fresh) < len(timings):
+        log.info("timings older than %d days in %s: measuring again", MAX_AGE_DAYS, path)
+    return fresh
 
 
 def _write(key: str, timings: list[Timing]) -> None:
-    data = {"format": FORMAT, "measurements": [{"tvm_seconds": t.tvm_seconds, "tf_seconds": t.tf_seconds}
-                                               for t in timings]}  # fmt: skip
+    data = {"format": FORMAT, "measurements": [{"tvm_seconds": t.tvm_seconds, "tf_seconds": t.tf_seconds,
+                                                "busy": t.busy, "taken_at": t.taken_at} for t in timings]}  # fmt: skip
     try:
         cache_dir.atomic_write(_path(key), json.dumps(data).encode())
     except OSError as err:
