@@ -88,7 +88,7 @@ void Help() {
     uint64_t generation;
     while ((generation = g_generation.load()) == seen &&
            std::chrono::steady_clock::now() - idle_since < kHelperWait) {
-      for (int i = 0; i < 64; ++i) __builtin_ia32_pause();
+      sched_yield();  // a thread that wants this core (TF's, a neighbour's) gets it
     }
     if (generation == seen) {
       g_helpers.fetch_sub(1);
