@@ -148,7 +148,7 @@ def _combined(timings: list[Timing]) -> Timing:
     of a quiet machine where there are any."""
     quiet = [t for t in timings if not t.busy] or timings
     return Timing(statistics.median(t.tvm_seconds for t in quiet), statistics.median(t.tf_seconds for t in quiet),
-                  measurements=len(quiet), busy=quiet is timings and all(t.busy for t in timings),
+                  measurements=len(quiet), busy=all(t.busy for t in quiet),
                   taken_at=max(t.taken_at for t in quiet))  # fmt: skip
 
 
