@@ -135,6 +135,8 @@ def _run_search(tasks, own_schedules, weights, target, path, trials, seed, time_
     from tvm.ir.utils import derived_object
     from tvm.s_tir import meta_schedule as ms
 
+    from .tune_builder import WorkerBuilder
+
     state = {"done": 0, "start": time.perf_counter(), "best": {}, "measured": 0}
     names = []  # task ids of the group being searched, in the order its contexts are given
 
@@ -161,37 +163,44 @@ def _run_search(tasks, own_schedules, weights, target, path, trials, seed, time_
     per_iteration = _per_iteration(trials, len(tasks))
     groups = _groups(tasks, weights, per_iteration if time_budget is not None else 0)
     cost_model = ms.cost_model.CostModel.create("xgb", num_tuning_cores=os.cpu_count() or 1)
-    runner = tracker.runner() if tracker is not None else None  # None: MetaSchedule's local runner
+    # One builder and one runner for the whole search: each of their worker processes costs seconds to start.
+    builder = WorkerBuilder()
+    runner = tracker.runner() if tracker is not None else ms.runner.LocalRunner()
     log.info("tuning %d kernels: %d trials into %s", len(tasks), trials, path)
-    for round_index in itertools.count():
-        before, spent = state["done"], False
-        for group_index, group in enumerate(groups):
-            names[:] = group
-            # TuneContexts made here, not by ms.tune_tir: that one reconfigures logging globally
-            # (console output, log files, and a crash on unnamed handlers such as pytest's).
-            group_seed = None if seed is None else seed + round_index * len(groups) + group_index  # new candidates
-            contexts = [
-                ms.TuneContext(mod=tasks[name], target=tuning_target, space_generator="post-order-apply",
-                               search_strategy="evolutionary", task_name=name, rand_state=rand_state,
-                               logger=logging.getLogger(f"{__name__}.{name}")).clone()
-                for name, rand_state in zip(group, ms.utils.fork_seed(group_seed, n=len(group)))
-            ]  # fmt: skip
-            measured_before = state["measured"]
-            ms.tune_tasks(tasks=contexts, task_weights=[float(weights[name]) for name in group], work_dir=str(path),
-                          max_trials_global=min(trials - state["done"], per_iteration * len(group)),
-                          num_trials_per_iter=per_iteration, builder=_builder(), runner=runner or "local", cost_model=cost_model,
-                          measure_callbacks=[*ms.measure_callback.MeasureCallback.create("default"), _Monitor()])  # fmt: skip
-            if tracker is not None and state["measured"] == measured_before:
-                tracker.servers()  # raises where the tracker is gone or has no server left
-            spent = time_budget is not None and time.perf_counter() - state["start"] > time_budget
-            if state["done"] >= trials or spent:
+    try:
+        for round_index in itertools.count():
+            before, spent = state["done"], False
+            for group_index, group in enumerate(groups):
+                names[:] = group
+                # TuneContexts made here, not by ms.tune_tir: that one reconfigures logging globally
+                # (console output, log files, and a crash on unnamed handlers such as pytest's).
+                group_seed = None if seed is None else seed + round_index * len(groups) + group_index  # new candidates
+                contexts = [
+                    ms.TuneContext(mod=tasks[name], target=tuning_target, space_generator="post-order-apply",
+                                   search_strategy=_search_strategy(per_iteration), task_name=name, rand_state=rand_state,
+                                   logger=logging.getLogger(f"{__name__}.{name}")).clone()
+                    for name, rand_state in zip(group, ms.utils.fork_seed(group_seed, n=len(group)))
+                ]  # fmt: skip
+                measured_before = state["measured"]
+                ms.tune_tasks(tasks=contexts, task_weights=[float(weights[name]) for name in group], work_dir=str(path),
+                              max_trials_global=min(trials - state["done"], per_iteration * len(group)),
+                              num_trials_per_iter=per_iteration, builder=builder, runner=runner, cost_model=cost_model,
+                              measure_callbacks=[*ms.measure_callback.MeasureCallback.create("default"), _Monitor()])  # fmt: skip
+                if tracker is not None and state["measured"] == measured_before:
+                    tracker.servers()  # raises where the tracker is gone or has no server left
+                spent = time_budget is not None and time.perf_counter() - state["start"] > time_budget
+                if state["done"] >= trials or spent:
+                    break
+            if state["done"] >= trials or state["done"] == before:  # done, or nothing left to try
                 break
-        if state["done"] >= trials or state["done"] == before:  # done, or nothing left to try
-            break
-        if spent:
-            log.info("tuning: time budget of %.0f s spent after %d trials; stopping", time_budget, state["done"])
-            break
-    _record_schedules(tasks, own_schedules, tuning_target, path, runner)
+            if spent:
+                log.info("tuning: time budget of %.0f s spent after %d trials; stopping", time_budget, state["done"])
+                break
+        _record_schedules(tasks, own_schedules, tuning_target, path, builder, runner)
+    finally:
+        builder.close()
+        if tracker is None:
+            runner.pool.shutdown()
     log.info("tuned %d kernels in %.1f s", len(tasks), time.perf_counter() - state["start"])
 
 
@@ -219,12 +228,12 @@ def _groups(tasks, weights, per_iteration: int) -> list[list[str]]:
     return [order[i : i + size] for i in range(0, len(order), size)]
 
 
-def _record_schedules(tasks, own_schedules, target, path, runner=None) -> None:
+def _record_schedules(tasks, own_schedules, target, path, builder, runner) -> None:
     """Measure tftvm's default schedule of each kernel, and the op's own schedule where
     it has one, as MetaSchedule measures its candidates, and add them to the database:
     the best record is then never slower than the untuned kernel (few trials often
-    find nothing better for small kernels) nor than the user's hand schedule. `runner`:
-    where the candidates were measured (default: here)."""
+    find nothing better for small kernels) nor than the user's hand schedule, built and
+    measured where the candidates were."""
     from tvm.s_tir import meta_schedule as ms
 
     from .schedule import custom_trace, default_cpu_trace
@@ -232,13 +241,13 @@ def _record_schedules(tasks, own_schedules, target, path, runner=None) -> None:
     db = ms.database.JSONDatabase(work_dir=str(path))
     schedules = [(name, "default", default_cpu_trace(workload(func))) for name, func in tasks.items()]
     schedules += [(name, "own", custom_trace(workload(tasks[name]), fn)) for name, fn in own_schedules.items()]
-    built = _builder().build([ms.builder.BuilderInput(sch.mod, target) for _, _, sch in schedules])
+    built = builder.build([ms.builder.BuilderInput(sch.mod, target) for _, _, sch in schedules])
     args = {name: ms.arg_info.ArgInfo.from_prim_func(func) for name, func in tasks.items()}
     for (name, kind, _), b in zip(schedules, built):
         if b.error_msg is not None:
             log.warning("%s schedule of %s did not build: %s", kind, name, b.error_msg)
     runnable = [(s, b) for s, b in zip(schedules, built) if b.error_msg is None]
-    futures = (runner or ms.runner.LocalRunner()).run([ms.runner.RunnerInput(b.artifact_path, "cpu", args[name])
+    futures = runner.run([ms.runner.RunnerInput(b.artifact_path, "cpu", args[name])
                                            for (name, _, _), b in runnable])  # fmt: skip
     for ((name, kind, sch), _), future in zip(runnable, futures):
         result = future.result()
@@ -280,29 +289,20 @@ def _import_tensor_intrinsics() -> None:
         inspect.stack = original
 
 
-def _builder():
-    """MetaSchedule's LocalBuilder with a build function that skips its tensor-intrinsic import.
-
-    The default build imports tvm.s_tir.tensor_intrin first: about 27 s on a 2-core
-    machine, paid by every builder process, and the pool is new for every batch, so
-    builds hit the 30 s timeout and fail. Scheduled CPU kernels need none of it (a
-    tensorized block already holds the intrinsic's body).
-    """
-    from tvm.s_tir import meta_schedule as ms
-
-    def build(mod, target, _params):  # nested: cloudpickle sends it by value, without importing tftvm
-        from tvm.driver import build as tvm_build
-        from tvm.s_tir.transform import RemoveWeightLayoutRewriteBlock
-
-        return tvm_build(RemoveWeightLayoutRewriteBlock(skip_tensor_rewrite=True)(mod), target=target)
-
-    return ms.builder.LocalBuilder(f_build=build)
-
-
 def _per_iteration(trials: int, tasks: int) -> int:
     """Candidates measured per search round: up to 64 (MetaSchedule's default), and few
     enough that every task gets two rounds, so its cost model learns from the first."""
     return max(1, min(64, trials // (2 * tasks)))
+
+
+def _search_strategy(per_iteration: int):
+    """MetaSchedule's evolutionary search with its population scaled to the round: by default
+    it evolves 512 schedules to pick a round's 64 candidates, 8 per candidate, and keeps
+    that ratio here down to 64 schedules. A round of 1-8 candidates from 512 took seconds
+    of search per kernel, more than building and measuring them."""
+    from tvm.s_tir import meta_schedule as ms
+
+    return ms.search_strategy.EvolutionarySearch(population_size=min(512, max(64, 8 * per_iteration)))
 
 
 def _with_cores(target):
