@@ -1,10 +1,12 @@
 """Kernel and bridge-library caches: reuse across processes, corruption, concurrency."""
+import json
 import logging
 import os
 import shutil
 import subprocess
 import sys
 import tempfile
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -90,10 +92,13 @@ print("OK")
 
 
 def test_two_processes_rebuild_a_corrupt_bridge_library_at_once(tmp_path):
+    """One process rebuilds (linking the kept objects again where they are intact, as after
+    this suite's first build; compiling where they are not), the other waits and loads it."""
     copy = tmp_path / "native" / native.build_dir().name
     shutil.copytree(native.library_path().parent, copy)
     lib = copy / native.LIBRARY_NAME
     lib.write_bytes(lib.read_bytes()[:1000])  # truncated, under its valid-looking name
+    objects_kept = (copy / native.OBJECTS / native.OBJECT_SUMS).exists()
     env = dict(os.environ, TFTVM_CACHE_DIR=str(tmp_path))
     procs = [subprocess.Popen([sys.executable, "-c", BUILD], env=env, stdout=subprocess.PIPE,
                               stderr=subprocess.PIPE, text=True) for _ in range(2)]  # fmt: skip
@@ -103,10 +108,28 @@ def test_two_processes_rebuild_a_corrupt_bridge_library_at_once(tmp_path):
         assert "LOADS True" in out and "OK" in out
     errs = "".join(err for _, err in outs)
     assert "is corrupt; rebuilding" in errs
-    assert errs.count("building the tftvm bridge library") == 1  # the other waited for it
+    relinked, compiled = errs.count("relinking the tftvm bridge library"), errs.count("building the tftvm bridge library")
+    assert (relinked, compiled) == ((1, 0) if objects_kept else (0, 1)), errs[-3000:]  # the other waited for it
     paths = {line.split()[1] for out, _ in outs for line in out.splitlines() if line.startswith("BUILT")}
     assert paths == {str(lib)}
     assert native._is_valid(lib) and not list(copy.glob("*.tmp")) and not list(copy.glob("objects-*"))
+    assert (copy / native.OBJECTS / native.OBJECT_SUMS).exists()  # kept for the next time
+
+
+def test_changed_objects_are_compiled_anew_not_linked(tmp_path, caplog):
+    """An object that differs from its recorded SHA-256 is not linked: every source is compiled."""
+    objects = tmp_path / native.OBJECTS
+    objects.mkdir()
+    compiles, _ = native.compile_commands(tmp_path / "lib.so", objects)
+    sums = {}
+    for command in compiles:
+        Path(command[-1]).write_bytes(b"object")
+        sums[Path(command[-1]).name] = native._sha256(Path(command[-1]))
+    (objects / native.OBJECT_SUMS).write_text(json.dumps(sums))
+    Path(compiles[0][-1]).write_bytes(b"changed")
+    with caplog.at_level(logging.INFO, logger="tftvm.native"):
+        assert not native._relinked(tmp_path / "lib.so", objects)
+    assert "an object differs from its SHA-256" in caplog.text and not (tmp_path / "lib.so").exists()
 
 
 def test_cache_dirs_are_private():

@@ -3,13 +3,15 @@
 The cached library lives under a directory named by the TF, TVM and tvm-ffi
 versions and a hash of the C++ sources, so any change rebuilds it. Builds are
 serialized with a file lock and published with an atomic rename; a sidecar
-SHA-256 detects a truncated or corrupt library, which is rebuilt, not loaded.
+SHA-256 detects a truncated or corrupt library, which is rebuilt, not loaded (linked
+again from the compiled objects kept beside it, where they are intact).
 """
 from __future__ import annotations
 
 import concurrent.futures
 import functools
 import hashlib
+import json
 import logging
 import os
 import shlex
@@ -113,7 +115,9 @@ def _is_valid(lib: Path) -> bool:
 
 
 def build(force: bool = False) -> Path:
-    """Compile the bridge library unless a valid cached one exists; return its path."""
+    """Compile the bridge library unless a valid cached one exists; return its path. The
+    compiled objects are kept beside it (with their SHA-256s), so a library found corrupt is
+    linked again from them in seconds; `force` (a library that does not load) compiles anew."""
     lib = library_path()
     if not force and _is_valid(lib):
         return lib
@@ -121,24 +125,58 @@ def build(force: bool = False) -> Path:
         if not force and _is_valid(lib):  # another process built it while we waited
             return lib
         tmp = lib.parent / f".{LIBRARY_NAME}.{os.getpid()}.tmp"
-        objects = Path(tempfile.mkdtemp(prefix="objects-", dir=lib.parent))
-        compiles, link = compile_commands(tmp, objects)
-        log.info("building the tftvm bridge library (%d files in parallel, about 30-60 s): %s", len(compiles), lib)
         start = time.perf_counter()
         try:
-            # TF's and XLA's headers make each file slow to compile: one g++ per file and core.
-            with concurrent.futures.ThreadPoolExecutor(os.cpu_count() or 1) as pool:
-                list(pool.map(_run, compiles))
-            _run(link)
+            if force or not _relinked(tmp, lib.parent / OBJECTS):
+                _compile_and_link(tmp, lib.parent / OBJECTS)
         except NativeBuildError:
             tmp.unlink(missing_ok=True)
             raise
-        finally:
-            shutil.rmtree(objects, ignore_errors=True)
         cache_dir.atomic_write(lib.with_suffix(".sha256"), _sha256(tmp).encode())
         os.replace(tmp, lib)
         log.info("built %s in %.1f s", lib, time.perf_counter() - start)
     return lib
+
+
+OBJECTS = "objects"  # the compiled objects, beside the library
+OBJECT_SUMS = "SHA256SUMS.json"
+
+
+def _relinked(output: Path, objects: Path) -> bool:
+    """Link `output` from the kept objects where every one is there and unchanged."""
+    compiles, link = compile_commands(output, objects)
+    try:
+        sums = json.loads((objects / OBJECT_SUMS).read_text())
+        if any(sums.get(Path(c[-1]).name) != _sha256(Path(c[-1])) for c in compiles):
+            raise ValueError("an object differs from its SHA-256")
+    except (OSError, ValueError) as err:
+        log.info("no usable compiled objects in %s (%s)", objects, err)
+        return False
+    log.info("relinking the tftvm bridge library from its compiled objects: %s", output.parent)
+    try:
+        _run(link)
+    except NativeBuildError as err:
+        log.warning("relinking failed; compiling anew: %s", str(err).splitlines()[0])
+        return False
+    return True
+
+
+def _compile_and_link(output: Path, objects: Path) -> None:
+    """Compile every source into a new objects directory, link `output` and keep the objects."""
+    fresh = Path(tempfile.mkdtemp(prefix="objects-", dir=output.parent))
+    compiles, link = compile_commands(output, fresh)
+    log.info("building the tftvm bridge library (%d files in parallel, about 30-60 s): %s", len(compiles), output.parent)
+    try:
+        # TF's and XLA's headers make each file slow to compile: one g++ per file and core.
+        with concurrent.futures.ThreadPoolExecutor(os.cpu_count() or 1) as pool:
+            list(pool.map(_run, compiles))
+        _run(link)
+        sums = {Path(c[-1]).name: _sha256(Path(c[-1])) for c in compiles}
+        cache_dir.atomic_write(fresh / OBJECT_SUMS, json.dumps(sums).encode())
+        shutil.rmtree(objects, ignore_errors=True)
+        os.replace(fresh, objects)
+    finally:
+        shutil.rmtree(fresh, ignore_errors=True)
 
 
 @functools.lru_cache(maxsize=None)

@@ -6,16 +6,27 @@ cd "$(dirname "$0")"
 PYTHON="${PYTHON:-python3}"
 CXX="${CXX:-g++}"
 
-flags() { "$PYTHON" -c "$1"; }
-TF_CFLAGS=$(flags 'import tensorflow as tf; print(" ".join(tf.sysconfig.get_compile_flags()))')
-TF_LFLAGS=$(flags 'import tensorflow as tf; print(" ".join(tf.sysconfig.get_link_flags()))')
-TF_LIB_DIR=$(flags 'import tensorflow as tf; print(tf.sysconfig.get_lib())')
-TF_INCLUDE=$(flags 'import tensorflow as tf; print(tf.sysconfig.get_include())')
-FFI_INCLUDE=$(flags 'import tvm_ffi.libinfo as i; print(i.find_include_path())')
-DLPACK_INCLUDE=$(flags 'import tvm_ffi.libinfo as i; print(i.find_dlpack_include_path())')
-FFI_LIB_DIR=$(flags 'import os, tvm_ffi.libinfo as i; print(os.path.dirname(i.find_libtvm_ffi()))')
-# libtvm_runtime provides what the compiled kernel calls back into (its thread pool).
-TVM_LIB_DIR=$(flags 'import os, tvm.libinfo as i; print(os.path.dirname(i.find_libtvm_runtime()))')
+# One Python process tells every flag: each import of TensorFlow takes seconds.
+FLAGS=$("$PYTHON" -c '
+import os, shlex
+import tensorflow as tf
+import tvm.libinfo
+import tvm_ffi.libinfo as ffi
+values = {
+    "TF_CFLAGS": " ".join(tf.sysconfig.get_compile_flags()),
+    "TF_LFLAGS": " ".join(tf.sysconfig.get_link_flags()),
+    "TF_LIB_DIR": tf.sysconfig.get_lib(),
+    "TF_INCLUDE": tf.sysconfig.get_include(),
+    "FFI_INCLUDE": ffi.find_include_path(),
+    "DLPACK_INCLUDE": ffi.find_dlpack_include_path(),
+    "FFI_LIB_DIR": os.path.dirname(ffi.find_libtvm_ffi()),
+    # libtvm_runtime provides what the compiled kernel calls back into (its thread pool).
+    "TVM_LIB_DIR": os.path.dirname(tvm.libinfo.find_libtvm_runtime()),
+}
+for name, value in values.items():
+    print(f"{name}={shlex.quote(value)}")
+')
+eval "$FLAGS"
 
 # TF 2.21's own headers use types it has deprecated: -Wno-deprecated-declarations.
 # shellcheck disable=SC2086  # the flags are lists of words
