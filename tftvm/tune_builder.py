@@ -43,12 +43,13 @@ def _build_and_export():
 
 @derived_object
 class WorkerBuilder(ms.builder.PyBuilder):
-    """Builds each batch on a pool of worker processes made once; `close()` ends them."""
+    """Builds each batch on a pool of worker processes made once, one per core (as
+    LocalBuilder); a build that takes over `timeout_sec` fails. `close()` ends the workers."""
 
-    def __init__(self, timeout_sec: float = 30.0, max_workers: int | None = None):
+    def __init__(self, timeout_sec: float = 30.0):
         super().__init__()
         self.timeout_sec = timeout_sec
-        self.pool = PopenPoolExecutor(max_workers=max_workers or os.cpu_count() or 1, timeout=timeout_sec,
+        self.pool = PopenPoolExecutor(max_workers=os.cpu_count() or 1, timeout=timeout_sec,
                                       maximum_process_uses=MAX_BUILDS_PER_WORKER)  # fmt: skip
         self.function = _build_and_export()
 
