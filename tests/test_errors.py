@@ -70,6 +70,37 @@ def test_tvm_runtime_error_becomes_tf_error():
     np.testing.assert_array_equal(op(np.ones(4, np.float32)).numpy(), np.ones(4))
 
 
+@T.prim_func
+def copy4(A: T.Buffer((4,), "float32"), B: T.Buffer((4,), "float32")):
+    for i in range(4):
+        B[i] = A[i]
+
+
+def test_without_tvm_argument_checks_the_op_still_refuses_a_wrong_shape(tmp_path):
+    """argument_checks=False takes TVM's checks out of the library (called directly, it takes a
+    buffer of 8 for one of 4); the op's TF kernel refuses the wrong shape all the same, and a
+    function's own asserts stay."""
+    import tvm
+    import tvm_ffi
+
+    for checks in (True, False):
+        op = tftvm.op(copy4, name=f"copy4_checks_{checks}", argument_checks=checks)
+        library = tvm_ffi.load_module(str(op.kernel.save(tmp_path / f"copy4_{checks}.so")))
+        a, b = tvm.runtime.tensor(np.arange(8, dtype=np.float32)), tvm.runtime.tensor(np.zeros(4, np.float32))
+        if checks:
+            with pytest.raises(Exception, match="expected 4"):
+                library.get_function(op.kernel.func_name)(a, b)
+        else:
+            library.get_function(op.kernel.func_name)(a, b)
+            np.testing.assert_array_equal(b.numpy(), np.arange(4))
+        with pytest.raises(tf.errors.InvalidArgumentError, match=r"argument 'A' \(input 0\) must have .*shape \[4\]"):
+            op(np.arange(8, dtype=np.float32))
+        np.testing.assert_array_equal(op(np.arange(4, dtype=np.float32)), np.arange(4))
+    own = tftvm.op(checked_copy, name="checked_copy_no_argument_checks", argument_checks=False)
+    with pytest.raises(tf.errors.InternalError, match="A must be non-negative"):
+        own(np.array([1, -1, 2, 3], np.float32))
+
+
 def raw_call(add_bias, **changes):
     attrs = dict(add_bias._tftvm_eager_attrs, **changes)
     return native.load().tvm_call([tf.zeros((2, 64)), tf.zeros(64)], **attrs)

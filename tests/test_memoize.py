@@ -6,6 +6,8 @@ still holds: every way TF updates a variable must give the variable a new buffer
 before writing) rather than write the held one. These tests update variables each of those
 ways and compare with NumPy; a stale result fails them.
 """
+import re
+
 import keras
 import numpy as np
 import pytest
@@ -192,4 +194,28 @@ def test_the_memoized_weight_preparation_is_one_kernel(rng):
     for _ in range(2):
         for program in programs.values():
             np.testing.assert_allclose(program(x, *weights), conv_bn(x, *weights), rtol=1e-5, atol=1e-5)
+        weights = conv_bn_weights(rng)
+
+
+
+def test_a_large_weight_preparation_is_cut_into_kernels_in_order(rng, monkeypatch):
+    """Past CALLS_PER_KERNEL calls the memoized preparation is several kernels, each passing
+    on what later ones and `main` use (here one call each, so a kernel of one result too);
+    the results are the same, and follow new weights."""
+    from conftest import tf_graph
+    from tftvm.graph.frontend import to_relax
+    from tftvm.graph.lowering import program as program_module
+
+    monkeypatch.setattr(program_module, "CALLS_PER_KERNEL", 1)
+    weights = conv_bn_weights(rng)
+    specs = [tf.TensorSpec([2, 6, 6, 3])] + [tf.TensorSpec(w.shape) for w in weights]
+    nodes, inputs, outputs, _ = tf_graph(conv_bn, specs)
+    program = program_module.RelaxProgram(to_relax(nodes, inputs, outputs), name="conv_bn_cut",
+                                          weights=range(1, 11), memoize_weights=True)  # fmt: skip
+    parts = [k.name for k in program.kernels if "main_transform_params" in k.name]
+    # (BlockBuilder gives two equal kernels one function: both batch norms' scales, say.)
+    assert len(parts) >= 3 and all(re.fullmatch(r"conv_bn_cut/main_transform_params_as_kernel\d+", p) for p in parts)
+    x = tf.constant(rng.standard_normal((2, 6, 6, 3)).astype(np.float32))
+    for _ in range(2):
+        np.testing.assert_allclose(program(x, *weights), conv_bn(x, *weights), rtol=1e-5, atol=1e-5)
         weights = conv_bn_weights(rng)

@@ -13,6 +13,7 @@ import functools
 import hashlib
 import json
 import logging
+import re
 import tempfile
 import threading
 import time
@@ -172,13 +173,14 @@ def _schedule_digest() -> str:
 
 
 def compile_prim_func(func, *, func_name: str, num_outputs: int = 1, target=None,
-                      schedule=True, database=None) -> Kernel:  # fmt: skip
+                      schedule=True, database=None, argument_checks: bool = True) -> Kernel:  # fmt: skip
     """Compile one PrimFunc to a Kernel, or load it from the disk cache.
 
     `schedule`: True for the default CPU schedule, False for the function as
     written, or a function that schedules an s_tir.Schedule in place. A
     MetaSchedule record for `func` in `database` (default $TFTVM_TUNING_DB) wins
-    over all of them.
+    over all of them. `argument_checks=False` leaves TVM's checks of each argument
+    (rank, dtype, shape, alignment) out of the library: see `op`.
     """
     import tvm
 
@@ -197,9 +199,12 @@ def compile_prim_func(func, *, func_name: str, num_outputs: int = 1, target=None
         mod, schedule_id = custom_trace(mod, schedule).mod, "schedule=custom"
     elif tuned is None:
         schedule_id = _schedule_id(schedule)
+    script = mod.script(show_meta=True)
+    skip_asserts = not argument_checks and not _has_asserts(script)
+    if skip_asserts:
+        schedule_id += " argument_checks=off"
     content = hashlib.sha256(
-        "\n".join([str(CACHE_FORMAT), _versions(), str(target), schedule_id,
-                   mod.script(show_meta=True)]).encode()  # fmt: skip
+        "\n".join([str(CACHE_FORMAT), _versions(), str(target), schedule_id, script]).encode()
     ).hexdigest()
     kernel = read_cached(content)
     if kernel is not None:
@@ -212,7 +217,9 @@ def compile_prim_func(func, *, func_name: str, num_outputs: int = 1, target=None
         mod = default_cpu_schedule(mod)
     start = time.perf_counter()
     log.info("compiling TVM function '%s' for %s", func_name, target)
-    executable = tvm.compile(mod, target=target)
+    with tvm.transform.PassContext.current() if not skip_asserts else tvm.transform.PassContext(
+            opt_level=3, config={"tirx.disable_assert": True}):  # fmt: skip
+        executable = tvm.compile(mod, target=target)
     with tempfile.TemporaryDirectory() as tmp:
         lib = Path(tmp) / "lib.so"
         executable.export_library(str(lib))
@@ -221,6 +228,12 @@ def compile_prim_func(func, *, func_name: str, num_outputs: int = 1, target=None
     _count("compiled")
     write_cached(content, kernel)
     return kernel
+
+
+def _has_asserts(script: str) -> bool:
+    """Whether a function's TVMScript checks something itself (an `assert` statement in its
+    body): TVM's `tirx.disable_assert` would drop those with the argument checks."""
+    return re.search(r"^\s*assert\b", script, re.MULTILINE) is not None
 
 
 def _cache_path(content: str) -> Path:

@@ -167,7 +167,7 @@ def _symbol(name: str) -> str:
 
 def op(inputs_or_func, outputs=None, *, name: str | None = None, func_name: str | None = None,
        num_outputs: int | None = None, target=None, schedule=True,
-       grad=None, database=None, signature=None) -> TvmOp:  # fmt: skip
+       grad=None, database=None, signature=None, argument_checks: bool = True) -> TvmOp:  # fmt: skip
     """Turn a TVM function into a TF op.
 
     Accepts TE tensors (`op([A, B], [C, D])`), a TIR PrimFunc (destination-passing
@@ -192,6 +192,12 @@ def op(inputs_or_func, outputs=None, *, name: str | None = None, func_name: str 
     measures it beside MetaSchedule's candidates).
     `database` (default $TFTVM_TUNING_DB): a MetaSchedule database written by
     `tftvm.tune`; a record for this function replaces the schedule.
+    `argument_checks=False` leaves TVM's own checks of each argument (rank, dtype, shape,
+    alignment) out of the compiled library; the op's TF kernel makes them before every call
+    anyway. LLVM's time on those checks grows faster than the number of buffers: a function of
+    hundreds of buffers (a whole model's weight preparation) compiles many times faster
+    without them. The library, saved, is then safe only behind tftvm's op. A function that
+    asserts something itself keeps every check.
     """
     import tvm
     from tvm import te, tirx
@@ -242,7 +248,7 @@ def op(inputs_or_func, outputs=None, *, name: str | None = None, func_name: str 
             raise ValueError(f"grad='auto' for '{name}' needs the TE form tftvm.op(inputs, outputs)")
         grad = _auto_grad(ins, outs, name, target, database)
     options = dict(func_name=_symbol(func_name or name), num_outputs=num_outputs or 1,
-                   target=target, schedule=schedule, database=database)  # fmt: skip
+                   target=target, schedule=schedule, database=database, argument_checks=argument_checks)  # fmt: skip
     kernel = kernel_lib.compile_prim_func(func, **options)
     return TvmOp(kernel, name, grad=grad, prim_func=func, compile_options=options)
 

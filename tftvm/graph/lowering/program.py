@@ -13,11 +13,15 @@ import logging
 log = logging.getLogger(__name__)
 
 
-def fuse(mod, one_kernel: str | None = None):
+# Calls (legalized Relax ops) merged into one weight-preparation kernel; see _group_whole.
+CALLS_PER_KERNEL = 40
+
+
+def fuse(mod, merged: str | None = None):
     """Legalize and fuse a Relax module with TVM's CPU legalization passes (relax.backend.
     cpu_generic), its LegalizeOps given tftvm's own legalizations where TVM's are wrong or slow
-    on CPU: NaNs passed on as TF does, conv weights packed, vector transcendentals. The function
-    named `one_kernel` becomes a single kernel (see `_group_whole`)."""
+    on CPU: NaNs passed on as TF does, conv and matmul weights packed, vector transcendentals.
+    The function named `merged` becomes a few large kernels (see `_group_whole`)."""
     import tvm
     from tvm import relax
     from tvm.relax.backend.cpu_generic import legalize_passes
@@ -32,7 +36,7 @@ def fuse(mod, one_kernel: str | None = None):
     # Bindings of one variable to another (a converted Identity, say) are nodes FuseOps cannot
     # look through: with them no conv takes its bias, batch norm and ReLU.
     mod = seq([relax.transform.CanonicalizeBindings(), *passes])(mod)
-    grouped = _group_whole(mod, one_kernel) if one_kernel is not None else None
+    grouped = _group_whole(mod, merged, CALLS_PER_KERNEL) if merged is not None else None
     if grouped is not None:
         mod = relax.transform.FuseTIR()(grouped)
     return seq([
@@ -41,12 +45,16 @@ def fuse(mod, one_kernel: str | None = None):
     ])(mod)  # fmt: skip
 
 
-def _group_whole(mod, name: str):
-    """Make every kernel call of `mod[name]` (one tuple param, one dataflow block, a tuple of
-    results) one primitive function, which FuseTIR then merges into one kernel: the weight
-    preparation of a model (LiftTransformParams' `main_transform_params`) runs as one memoized
-    node, not one node per batch norm. None where the function is not of that form."""
+def _group_whole(mod, name: str, calls_per_kernel: int):
+    """Make the kernel calls of `mod[name]` (one tuple param, one dataflow block, a tuple of
+    results) primitive functions of at most `calls_per_kernel` calls each, in order, which
+    FuseTIR then merges into one kernel each: the weight preparation of a model
+    (LiftTransformParams' `main_transform_params`) runs as a few memoized nodes, not one node
+    per batch norm. Not one kernel for all of it: LLVM's time on a function grows faster than
+    its size. Two equal parts are one function (BlockBuilder.add_func). None where the
+    function is not of that form."""
     from tvm import relax
+    from tvm.relax.utils import copy_with_new_vars
 
     func = mod[name]
     if len(func.params) != 1 or len(func.body.blocks) != 1:
@@ -67,45 +75,59 @@ def _group_whole(mod, name: str):
             return None
     if sum(isinstance(g.value, relax.Call) for g in group) < 2:
         return None
-    in_group = lambda var: any(var.same_as(g.var) for g in group)  # noqa: E731
-    outputs = []  # group results that the result tuple takes
-    for b in rest:
-        for f in b.value.fields:
-            if in_group(f) and not any(f.same_as(o) for o in outputs):
-                outputs.append(f)
-    used = [b.var for b in items if any(_uses(g.value, b.var) for g in group)]
-    # The primitive function keeps the original variables; the caller gets fresh ones.
-    result = relax.Var("weights", relax.TupleType([o.ty for o in outputs]))
-    block = relax.DataflowBlock(group + [relax.VarBinding(result, relax.Tuple(outputs))])
-    inner = relax.Function(used, relax.SeqExpr([block], result), result.ty).with_attr("Primitive", True)
+    chunks = _chunks(group, calls_per_kernel)
+    uses = [_free_vars(b.value) for b in group + rest]  # binding i of group + rest uses these
     bb = relax.BlockBuilder(mod)
-    gv = bb.add_func(inner, f"{name}_as_one_kernel")
-    mod = bb.get()
-    fresh = []  # (original var, the caller's)
-
-    def renamed(var):
-        return next(new for old, new in fresh if old.same_as(var))
-
+    fresh = {}  # original var -> the caller's
     bindings = []
     for b in items:
-        fresh.append((b.var, relax.DataflowVar(b.var.name, b.var.ty)))
-        bindings.append(relax.VarBinding(fresh[-1][1], b.value))
-    merged = relax.DataflowVar("weights", result.ty)
-    bindings.append(relax.VarBinding(merged, relax.Call(gv, [renamed(v) for v in used])))
-    for i, o in enumerate(outputs):
-        fresh.append((o, relax.DataflowVar(o.name, o.ty)))
-        bindings.append(relax.VarBinding(fresh[-1][1], relax.TupleGetItem(merged, i)))
+        fresh[b.var] = relax.DataflowVar(b.var.name, b.var.ty)
+        bindings.append(relax.VarBinding(fresh[b.var], b.value))
+    first = 0  # index in group of the chunk's first binding
+    for i, chunk in enumerate(chunks):
+        defined = {b.var for b in chunk}
+        later = set().union(*uses[first + len(chunk):])
+        inputs = list(dict.fromkeys(v for u in uses[first : first + len(chunk)] for v in u if v not in defined))
+        outputs = [b.var for b in chunk if b.var in later]
+        first += len(chunk)
+        result = relax.Var("weights", relax.TupleType([o.ty for o in outputs]))
+        block = relax.DataflowBlock(list(chunk) + [relax.VarBinding(result, relax.Tuple(outputs))])
+        inner = relax.Function(inputs, relax.SeqExpr([block], result), result.ty).with_attr("Primitive", True)
+        suffix = "as_one_kernel" if len(chunks) == 1 else f"as_kernel{i}"
+        gv = bb.add_func(copy_with_new_vars(inner), f"{name}_{suffix}")
+        merged = relax.DataflowVar("weights", result.ty)
+        bindings.append(relax.VarBinding(merged, relax.Call(gv, [fresh[v] for v in inputs])))
+        for k, o in enumerate(outputs):
+            fresh[o] = relax.DataflowVar(o.name, o.ty)
+            bindings.append(relax.VarBinding(fresh[o], relax.TupleGetItem(merged, k)))
     for b in rest:
-        bindings.append(relax.VarBinding(b.var, relax.Tuple([renamed(f) for f in b.value.fields])))
+        bindings.append(relax.VarBinding(b.var, relax.Tuple([fresh[f] for f in b.value.fields])))
+    mod = bb.get()
     body = relax.SeqExpr([relax.DataflowBlock(bindings)], func.body.body)
     mod[name] = relax.Function(func.params, body, func.ret_ty, func.is_pure, func.attrs)
     return mod
 
 
-def _uses(expr, var) -> bool:
+def _chunks(group: list, calls_per_kernel: int) -> list:
+    """`group`'s bindings in order, cut before a call once a chunk has `calls_per_kernel`
+    calls; a TupleGetItem stays with the call before it."""
     from tvm import relax
 
-    return any(v.same_as(var) for v in relax.analysis.free_vars(expr))
+    chunks, calls = [[]], 0
+    for b in group:
+        if isinstance(b.value, relax.Call):
+            if calls == calls_per_kernel:
+                chunks.append([])
+                calls = 0
+            calls += 1
+        chunks[-1].append(b)
+    return chunks
+
+
+def _free_vars(expr) -> set:
+    from tvm import relax
+
+    return set(relax.analysis.free_vars(expr))
 
 
 class RelaxProgram:
@@ -142,14 +164,15 @@ class RelaxProgram:
         lifted = _lift_weights(mod, sorted(weights)) if weights else None
         if lifted is not None:
             mod, self._runtime, self._weights = lifted
-        # Memoized, the weight preparation runs once: one node for all of it, not one per kernel.
-        fused = fuse(mod, one_kernel="main_transform_params" if lifted is not None and memoize_weights else None)
+        # Memoized, the weight preparation runs once: a few nodes for all of it, not one per kernel.
+        fused = fuse(mod, merged="main_transform_params" if lifted is not None and memoize_weights else None)
         self.kernels = []  # the tftvm ops, in call order
 
         def kernel(gv, out_tys, tir_vars):
             func, dims = dims_as_inputs(fused[gv], out_tys, tir_vars)
+            # Only the TvmCall nodes below call these kernels, and they check every argument.
             compiled = op(func, num_outputs=len(out_tys), name=f"{name}/{gv.name_hint}", target=target,
-                          schedule=schedule, database=database)  # fmt: skip
+                          schedule=schedule, database=database, argument_checks=False)  # fmt: skip
             self.kernels.append(compiled)
             return compiled, dims
 
@@ -208,7 +231,10 @@ class _Steps:
                     out_ty = value.ty_args[0]
                     out_tys = list(out_ty.fields) if isinstance(out_ty, relax.TupleType) else [out_ty]
                     compiled, dims = kernel(gv, out_tys, tir_vars)
-                    self.steps.append((binding.var, compiled.memoized if memoize else compiled, list(args.fields) + dims))
+                    run = compiled.memoized if memoize else compiled
+                    if isinstance(out_ty, relax.TupleType) and len(out_tys) == 1:  # the op returns a tensor
+                        run = _as_tuple(run)
+                    self.steps.append((binding.var, run, list(args.fields) + dims))
                 elif isinstance(value, relax.Call) and getattr(value.op, "name", "") == "relax.reshape":
                     self.steps.append((binding.var, _reshape, list(value.args)))
                 elif isinstance(value, (relax.Tuple, relax.TupleGetItem, relax.Var)):
@@ -251,6 +277,10 @@ class _Steps:
                 self._constants[key] = (expr, expr.value.numpy())
             return tf.constant(self._constants[key][1])
         raise NotImplementedError(f"{self.name}: cannot pass {expr} to a kernel")
+
+
+def _as_tuple(run):
+    return lambda *args: (run(*args),)
 
 
 def _static_dims(ty) -> list:
