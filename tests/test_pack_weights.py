@@ -1,4 +1,5 @@
-"""Conv2D with constant weights runs over weights packed by column tile: same numbers as TF."""
+"""Conv2D and matmul with constant weights run over weights packed by column tile: same
+numbers as TF."""
 import numpy as np
 import pytest
 import tensorflow as tf
@@ -81,3 +82,77 @@ def test_a_packed_conv_is_register_tiled_by_the_default_schedule(rng):
     (conv,) = [f for gv, f in fused.functions.items() if isinstance(f, tirx.PrimFunc) and "conv2d" in gv.name_hint]
     script = default_cpu_schedule(tvm.IRModule({"conv": conv})).script()
     assert 'scope="local"' in script and "T.vectorized" in script and "T.parallel" in script
+
+
+def matmul_module(weights: np.ndarray, *, rank: int = 2, constant: bool = True):
+    """A Relax main: a None-row input [n, (4,) K] times `weights` [K, N], plus 1, then ReLU."""
+    k, cols = weights.shape
+    bb = relax.BlockBuilder()
+    rows = (tirx.Var("n", "int64"),) + (4,) * (rank - 2)
+    x = relax.Var("x", relax.TensorType((*rows, k), str(weights.dtype)))
+    w = relax.const(weights) if constant else relax.Var("w", relax.TensorType(weights.shape, str(weights.dtype)))
+    with bb.function("main", [x] if constant else [x, w]):
+        with bb.dataflow():
+            y = bb.emit(relax.op.matmul(x, w))
+            out = bb.emit_output(relax.op.nn.relu(relax.op.add(y, relax.const(np.ones(cols, weights.dtype)))))
+        bb.emit_func_output(out)
+    return bb.get()
+
+
+@pytest.mark.parametrize("cols, packed", [
+    (64, (2, 16, 32)),     # two vectors per tile
+    (1000, (32, 16, 32)),  # 8-wide tiles would divide 1000: padded to 1024, 32 wide
+    (12, (3, 16, 4)),      # 4-wide tiles; padding to 16 would add a third
+    (6, None),             # no tile width divides 6 and padding to 8 adds a third: not packed
+])  # fmt: skip
+def test_constant_matmul_weights_are_packed_by_column_block_padded_to_wide_tiles(cols, packed, rng):
+    weights = rng.standard_normal((16, cols)).astype(np.float32)
+    def matrices(mod):  # not the bias
+        return [s for s in weight_shapes(fuse(mod)) if len(s) > 1]
+
+    assert matrices(matmul_module(weights)) == [packed if packed else (16, cols)]
+    assert matrices(matmul_module(weights, constant=False)) == [(16, cols)]  # computed: as it is
+
+
+@pytest.mark.parametrize("rank, k, cols, dtype", [
+    (2, 48, 1000, np.float32),
+    (2, 20, 64, np.float32),
+    (3, 20, 12, np.float32),    # batch dims before the rows
+    (2, 20, 6, np.float32),     # not packed
+    (2, 20, 24, np.float64),    # 8 lanes of doubles
+])  # fmt: skip
+def test_packed_matmuls_match_tf(rank, k, cols, dtype, rng):
+    w = tf.constant(rng.standard_normal((k, cols)).astype(dtype))
+    b = tf.constant(rng.standard_normal(cols).astype(dtype))
+
+    def model(x):
+        return tf.nn.relu(tf.tensordot(x, w, 1) + b) if rank == 3 else tf.nn.relu(tf.matmul(x, w) + b)
+
+    shape = [None, 4, k] if rank == 3 else [None, k]
+    optimized = tftvm.optimize(model, [tf.TensorSpec(shape, dtype)], min_cluster_size=1, keep_faster=False)
+    assert optimized.summary().fraction == 1.0
+    for rows in (1, 3, 9):
+        x = rng.standard_normal([rows] + shape[1:]).astype(dtype)
+        tol = 1e-4 if dtype == np.float32 else 1e-10
+        np.testing.assert_allclose(optimized(x).numpy(), model(x).numpy(), rtol=tol, atol=tol)
+
+
+def test_matmul_weights_held_between_calls_are_packed_once_in_the_preparation(rng):
+    """Under enable() a model's weights are variables held still (memoized): the packing goes
+    into the weight preparation, and the matmul kernel reads the packed blocks."""
+    from conftest import tf_graph
+    from tftvm.graph.frontend import to_relax
+    from tftvm.graph.lowering.program import RelaxProgram
+
+    def dense(x, w, b):
+        return tf.nn.relu(tf.matmul(x, w) + b)
+
+    w, b = (tf.constant(rng.standard_normal(s).astype(np.float32)) for s in ((24, 1000), (1000,)))
+    nodes, inputs, outputs, _ = tf_graph(dense, [tf.TensorSpec([None, 24]), tf.TensorSpec(w.shape), tf.TensorSpec(b.shape)])
+    program = RelaxProgram(to_relax(nodes, inputs, outputs), name="dense", weights=[1, 2], memoize_weights=True)
+    (main,) = [k for k in program.kernels if "matmul" in k.name and "transform_params" not in k.name]
+    assert [t.dims for t in main.signature.inputs if len(t.dims) == 3] == [("c32", "c24", "c32")], main.signature.in_spec
+    x = tf.constant(rng.standard_normal((3, 24)).astype(np.float32))
+    for _ in range(2):
+        np.testing.assert_allclose(program(x, w, b), dense(x, w, b), rtol=1e-5, atol=1e-5)
+        w = tf.constant(rng.standard_normal((24, 1000)).astype(np.float32))

@@ -26,15 +26,15 @@ from .inline import inline_copy, inline_elementwise
 from .rules.column_sums import ColumnSums
 from .rules.dot_products import DotProducts
 from .rules.parallel_loops import ParallelLoops
-from .rules.register_tiles import RegisterTiles, TransposedOperand, tile_width
+from .rules.register_tiles import RegisterTiles, TransposedOperand, padded_columns, tile_width
 from .rules.transpose import TiledTranspose
 
 log = logging.getLogger(__name__)
 
 RULES = (RegisterTiles(), TransposedOperand(), DotProducts(), ColumnSums(), TiledTranspose(), ParallelLoops())
 
-__all__ = ["RULES", "custom_trace", "default_cpu_schedule", "default_cpu_trace", "schedule_block", "tile_width",
-           "vector_lanes"]
+__all__ = ["RULES", "custom_trace", "default_cpu_schedule", "default_cpu_trace", "padded_columns", "schedule_block",
+           "tile_width", "vector_lanes"]
 
 
 def default_cpu_schedule(mod):

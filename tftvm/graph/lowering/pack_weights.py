@@ -1,4 +1,4 @@
-"""Conv2D with constant weights, legalized over weights packed by output-column tile.
+"""Conv2D and matmul with constant weights, legalized over weights laid out for the tiles.
 
 TVM's own legalization reads NHWC/HWIO weights in place: each register tile of the
 default schedule (schedule.py) takes a 32-column slice of every HWIO row, 128 bytes
@@ -9,13 +9,22 @@ schedule's tile width, each tile streams its weights contiguously. The packing i
 constant expression, so Relax's FoldConstant does it once, at compile time. Weights that are
 variables held still between calls (enable()'s inference graphs, memoized) are packed by
 `pack_prepared`, in the preparation that runs once.
+
+A matmul's weights [K, N] are packed the same way, by column block [N' / width, K, width],
+N' the columns padded with zeros to the widest tile that adds at most a quarter (ResNet50's
+1000 classes: 1024 by 32, where 1000 tiles only 8 wide). The product is computed by block
+[blocks, rows..., width], every index a plain loop variable, so that the schedule can still
+pad a None batch's rows with pad_einsum (which refuses the index j // width of a 2-D product
+over packed weights); the same kernel puts the columns back in place as it writes them,
+with the bias and activation after them. In TVM's layout each tile reads 128 bytes of every
+K-row, rows 4 KB or more apart, and a Dense layer's weights are cold on every call.
 """
 from __future__ import annotations
 
 
 def legalize_map() -> dict:
     """For LegalizeOps' customize_legalize_map."""
-    return {"relax.nn.conv2d": _conv2d}
+    return {"relax.nn.conv2d": _conv2d, "relax.matmul": _matmul}
 
 
 def _conv2d(bb, call):
@@ -39,11 +48,74 @@ def _packed_conv(bb, call, data, weights, width: int):
                       primfunc_name_hint="conv2d")  # fmt: skip
 
 
+def _matmul(bb, call):
+    import tvm
+
+    default = tvm.ir.Op.get("relax.matmul").get_attr("FLegalize")
+    tiles = _matmul_tiles(call) if isinstance(call.args[1], tvm.ir.expr.Constant) else None
+    if tiles is None:
+        return default(bb, call)
+    return _packed_matmul(bb, call, call.args[0], call.args[1], *tiles)
+
+
+def _packed_matmul(bb, call, data, weights, padded: int, width: int):
+    """`call` (a matmul) as a packing of `weights` [K, N] into column blocks [padded / width,
+    K, width], a product by block [blocks, rows..., width] and its columns put back in place."""
+    packed = bb.emit_te(_pack_columns, weights, padded, width, primfunc_name_hint="pack_weights")
+    return bb.call_te(_matmul_by_blocks, data, packed, int(weights.ty.shape[1]), str(call.ty.dtype),
+                      primfunc_name_hint="matmul")  # fmt: skip
+
+
+def _matmul_tiles(call) -> tuple[int, int] | None:
+    """(padded columns, tile width) to pack a matmul's 2-D static weights by, or None where
+    TVM's legalization stays. The widest tile where padding the columns to it adds at most a
+    quarter (register_tiles.padded_columns: 1000 columns pack as 1024 by 32, not by 8)."""
+    from tvm import tirx
+
+    from ...schedule import padded_columns, tile_width, vector_lanes
+
+    shape, data_shape = call.args[1].ty.shape, call.args[0].ty.shape
+    if shape is None or len(shape) != 2 or not all(isinstance(d, tirx.IntImm) for d in shape):
+        return None
+    if data_shape is None or len(data_shape) < 2 or not str(call.ty.dtype).startswith("float"):
+        return None
+    cols, lanes = int(shape[1]), vector_lanes(str(call.ty.dtype))
+    padded = cols if tile_width(cols, lanes) == 2 * lanes else padded_columns(cols, lanes) or cols
+    width = tile_width(padded, lanes)
+    return None if width is None else (padded, width)
+
+
+def _pack_columns(weights, padded: int, width: int):
+    from tvm import te, tirx
+
+    k, n = weights.shape
+    return te.compute((padded // width, k, width),
+                      lambda o, r, i: tirx.if_then_else(o * width + i < n, weights[r, o * width + i],
+                                                        tirx.const(0, weights.dtype)),
+                      name="packed_weights")  # fmt: skip
+
+
+def _matmul_by_blocks(data, packed, n: int, out_dtype: str):
+    """The product by column block [blocks, rows..., width] (whole blocks: each tile reads one
+    block's contiguous weights), then its first `n` columns in place [rows..., n]."""
+    from tvm import te
+
+    blocks, depth, width = packed.shape
+    r = te.reduce_axis((0, depth), "k")
+    product = te.compute(
+        (blocks, *data.shape[:-1], width),
+        lambda o, *i: te.sum(data[(*i[:-1], r)].astype(out_dtype) * packed[o, r, i[-1]].astype(out_dtype), axis=r),
+        name="matmul")  # fmt: skip
+    return te.compute((*data.shape[:-1], n), lambda *i: product[(i[-1] // width, *i[:-1], i[-1] % width)],
+                      name="T_unpack")  # fmt: skip
+
+
 def pack_prepared(mod, weights: list[int]):
-    """`mod` with the conv2d whose weights come from main's params at `weights` (and constants)
-    alone legalized over packed weights, the packing a binding of its own: LiftTransformParams
-    then moves it into the weight preparation, so a model whose weights are held still
-    between calls packs them once (memoized), as a frozen model's are packed at compile time."""
+    """`mod` with the conv2d and matmul whose weights come from main's params at `weights` (and
+    constants) alone legalized over packed weights, the packing a binding of its own:
+    LiftTransformParams then moves it into the weight preparation, so a model whose weights
+    are held still between calls packs them once (memoized), as a frozen model's are packed
+    at compile time."""
     import tvm
     from tvm import relax
 
@@ -60,6 +132,11 @@ def pack_prepared(mod, weights: list[int]):
                 if width is not None:
                     return _packed_conv(self.builder_, call, self.visit_expr(call.args[0]),
                                         self.visit_expr(call.args[1]), width)  # fmt: skip
+            if getattr(call.op, "name", "") == "relax.matmul" and call.args[1] in static and call.args[0] not in static:
+                tiles = _matmul_tiles(call)
+                if tiles is not None:
+                    return _packed_matmul(self.builder_, call, self.visit_expr(call.args[0]),
+                                          self.visit_expr(call.args[1]), *tiles)  # fmt: skip
             return super().visit_call_(call)
 
     packer = Packer(mod)
@@ -70,9 +147,7 @@ def pack_prepared(mod, weights: list[int]):
 
 
 def _packable(call) -> int | None:
-    """The tile width to pack `call`'s weights by, or None where TVM's legalization stays.
-    (A matmul's weights are not packed: the schedule pads a None batch's rows to whole
-    tiles with pad_einsum, which refuses the packed index j // width, j % width.)"""
+    """The tile width to pack a conv2d's weights by, or None where TVM's legalization stays."""
     from tvm import tirx
 
     from ...schedule import tile_width, vector_lanes
