@@ -1,6 +1,9 @@
 """MetaSchedule tuning: records land in a JSON database and later builds use them."""
+import glob
 import json
 import logging
+import os
+import tempfile
 
 import numpy as np
 import pytest
@@ -15,26 +18,37 @@ def matmul(n=32):
     return [A, B], te.compute((n, n), lambda i, j: te.sum(A[i, r] * B[r, j], axis=r), name="C")
 
 
+CANDIDATE_DIRS = os.path.join(tempfile.gettempdir(), "tftvm-tune-*")  # tune_builder's
+
+
 @pytest.fixture(scope="module")
 def tuned(tmp_path_factory):
+    """(untuned op, tuned op, database, candidate directories the tune left behind)"""
     database = tmp_path_factory.mktemp("tuning_db")
     untuned = tftvm.op(*matmul(), name="tuned_mm")
-    return untuned, tftvm.tune(untuned, trials=2, database=database, seed=0), database
+    before = set(glob.glob(CANDIDATE_DIRS))
+    op = tftvm.tune(untuned, trials=2, database=database, seed=0)
+    return untuned, op, database, set(glob.glob(CANDIDATE_DIRS)) - before
 
 
 def test_tuned_op_matches_numpy_and_records_are_written(tuned, rng):
-    untuned, op, database = tuned
+    untuned, op, database, _ = tuned
     a, b = (rng.standard_normal((32, 32)).astype(np.float32) for _ in range(2))
     np.testing.assert_allclose(op(a, b).numpy(), a @ b, rtol=1e-4, atol=1e-4)
     records = (database / "database_tuning_record.json").read_text().splitlines()
     assert records and all(json.loads(line) for line in records)
 
 
+def test_the_candidates_libraries_are_deleted_after_the_tune(tuned):
+    *_, left_behind = tuned
+    assert left_behind == set()
+
+
 def test_default_schedule_competes_with_the_searched_ones(tuned):
     from tvm.s_tir import meta_schedule as ms
     from tftvm.records import workload
 
-    untuned, _, database = tuned
+    untuned, _, database, _ = tuned
     db = ms.database.JSONDatabase(work_dir=str(database), allow_missing=False)
     records = db.get_all_tuning_records()
     defaults = [r for r in records if "sample_" not in str(r.trace)]  # MetaSchedule samples tiles
@@ -45,7 +59,7 @@ def test_default_schedule_competes_with_the_searched_ones(tuned):
 
 
 def test_later_builds_find_the_record(tuned, monkeypatch):
-    _, op, database = tuned
+    _, op, database, _ = tuned
     # Same function and name: the same tuned library (the key is its SHA-256).
     assert tftvm.op(*matmul(), name="tuned_mm", database=database).kernel.key == op.kernel.key
     monkeypatch.setenv("TFTVM_TUNING_DB", str(database))
@@ -63,7 +77,7 @@ def test_corrupt_database_is_a_clear_error(tmp_path):
 
 
 def test_tune_refuses_what_it_cannot_tune(tuned, tmp_path):
-    untuned, _, _ = tuned
+    untuned, _, _, _ = tuned
     with pytest.raises(ValueError, match="trials must be >= 1"):
         tftvm.tune(untuned, trials=0, database=tmp_path)
     with pytest.raises(TypeError, match="takes an op made by tftvm.op"):

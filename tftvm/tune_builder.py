@@ -13,6 +13,7 @@ the intrinsic's body).
 from __future__ import annotations
 
 import os
+import shutil
 
 from tvm.ir.utils import derived_object
 from tvm.s_tir import meta_schedule as ms
@@ -44,7 +45,8 @@ def _build_and_export():
 @derived_object
 class WorkerBuilder(ms.builder.PyBuilder):
     """Builds each batch on a pool of worker processes made once, one per core (as
-    LocalBuilder); a build that takes over `timeout_sec` fails. `close()` ends the workers."""
+    LocalBuilder); a build that takes over `timeout_sec` fails. `close()` ends the workers and
+    deletes the candidates' libraries (each in a temporary directory of its own)."""
 
     def __init__(self, timeout_sec: float = 30.0):
         super().__init__()
@@ -52,6 +54,7 @@ class WorkerBuilder(ms.builder.PyBuilder):
         self.pool = PopenPoolExecutor(max_workers=os.cpu_count() or 1, timeout=timeout_sec,
                                       maximum_process_uses=MAX_BUILDS_PER_WORKER)  # fmt: skip
         self.function = _build_and_export()
+        self.artifacts = []  # the temporary directories of the libraries built
 
     def build(self, build_inputs):
         if any(b.params is not None and len(b.params) for b in build_inputs):
@@ -59,6 +62,7 @@ class WorkerBuilder(ms.builder.PyBuilder):
         results = []
         for result in self.pool.map_with_error_catching(self.function, [(b.mod, b.target) for b in build_inputs]):
             if result.status == StatusKind.COMPLETE:
+                self.artifacts.append(os.path.dirname(result.value))
                 results.append(ms.builder.BuilderResult(result.value, None))
             elif result.status == StatusKind.TIMEOUT:
                 results.append(ms.builder.BuilderResult(None, f"timed out after {self.timeout_sec} s"))
@@ -68,3 +72,6 @@ class WorkerBuilder(ms.builder.PyBuilder):
 
     def close(self) -> None:
         self.pool.shutdown()
+        for path in self.artifacts:
+            shutil.rmtree(path, ignore_errors=True)
+        self.artifacts.clear()
