@@ -217,8 +217,7 @@ def compile_prim_func(func, *, func_name: str, num_outputs: int = 1, target=None
         mod = default_cpu_schedule(mod)
     start = time.perf_counter()
     log.info("compiling TVM function '%s' for %s", func_name, target)
-    with tvm.transform.PassContext.current() if not skip_asserts else tvm.transform.PassContext(
-            opt_level=3, config={"tirx.disable_assert": True}):  # fmt: skip
+    with _pass_context(skip_asserts):
         executable = tvm.compile(mod, target=target)
     with tempfile.TemporaryDirectory() as tmp:
         lib = Path(tmp) / "lib.so"
@@ -228,6 +227,20 @@ def compile_prim_func(func, *, func_name: str, num_outputs: int = 1, target=None
     _count("compiled")
     write_cached(content, kernel)
     return kernel
+
+
+def _pass_context(skip_asserts: bool):
+    """The current PassContext, with TVM's asserts left out where `skip_asserts`: the compile
+    is otherwise the same (opt level, passes, config)."""
+    import tvm
+
+    current = tvm.transform.PassContext.current()
+    if not skip_asserts:
+        return current
+    return tvm.transform.PassContext(
+        opt_level=current.opt_level, required_pass=list(current.required_pass),
+        disabled_pass=list(current.disabled_pass), instruments=list(current.instruments),
+        config={**current.config, "tirx.disable_assert": True})  # fmt: skip
 
 
 def _has_asserts(script: str) -> bool:
