@@ -1,3 +1,5 @@
+import contextlib
+import fcntl
 import os
 import subprocess
 import sys
@@ -140,3 +142,31 @@ def _check_every_called_op(request):
 def pytest_terminal_summary(terminalreporter):
     if _checked_kernels:
         terminalreporter.write_line(f"tftvm.check ran on {len(_checked_kernels)} ops the tests called")
+
+
+# The suite runs on two pytest-xdist workers (pyproject's addopts). A test marked `serial`
+# measures the machine (a neighbour's CPU share, a timing that decides): it runs while the
+# other worker waits, through a readers-writer lock on files that all workers of one run share.
+# The turnstile gives a waiting serial test priority: no new test starts until it has run.
+@contextlib.contextmanager
+def _flock(path: Path, mode: int):
+    with open(path, "a") as f:
+        fcntl.flock(f, mode)
+        try:
+            yield
+        finally:
+            fcntl.flock(f, fcntl.LOCK_UN)
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_protocol(item, nextitem):
+    run = os.environ.get("PYTEST_XDIST_TESTRUNUID")
+    if run is None:  # a single process: nothing runs beside the test
+        yield
+        return
+    lock = Path(tempfile.gettempdir()) / f"tftvm-tests-{run}"
+    serial = item.get_closest_marker("serial") is not None
+    with contextlib.ExitStack() as held:
+        with _flock(lock.with_suffix(".turnstile"), fcntl.LOCK_EX):
+            held.enter_context(_flock(lock.with_suffix(".lock"), fcntl.LOCK_EX if serial else fcntl.LOCK_SH))
+        yield
