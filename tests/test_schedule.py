@@ -189,6 +189,29 @@ def test_dot_products_along_contiguous_rows_are_vectorized_along_the_rows(b, m, 
     np.testing.assert_allclose(op(av, bv).numpy(), want, rtol=1e-4, atol=1e-4)
 
 
+def test_attention_scores_over_batch_and_heads_copy_the_keys_with_their_axis_last(rng):
+    """Keras' attention scores, einsum("aecd,abcd->acbe", key, query) times a scale, at 128
+    queries and keys: each key is read by every query, so the keys are copied once with their
+    axis last ([batch, heads, depth, keys]) and the scores run in register tiles along them,
+    the scale applied as they are written; a `None` batch stays symbolic."""
+    batch, heads, length, depth = te.var("batch"), 4, 128, 32
+    key = te.placeholder((batch, length, heads, depth), name="key")
+    query = te.placeholder((batch, length, heads, depth), name="query")
+    d = te.reduce_axis((0, depth), name="d")
+    scores = te.compute((batch, heads, length, length),
+                        lambda a, c, b, e: te.sum(key[a, e, c, d] * query[a, b, c, d], axis=d), name="scores")
+    scaled = te.compute(scores.shape, lambda *i: scores[i] * 0.125, name="scaled")
+    sch = default_cpu_trace(tvm.IRModule({"f": te.create_prim_func([key, query, scaled])}))
+    script = sch.mod.script()
+    assert "key_global" in script and "_rf" not in script and 'T.sblock("scaled")' not in script, script
+    op = tftvm.op([key, query], [scaled], name="sched_attention_scores")
+    for n in (1, 2):
+        kv = rng.standard_normal((n, length, heads, depth)).astype(np.float32)
+        qv = rng.standard_normal((n, length, heads, depth)).astype(np.float32)
+        want = np.einsum("aecd,abcd->acbe", kv, qv) * 0.125
+        np.testing.assert_allclose(op(kv, qv).numpy(), want, rtol=1e-4, atol=1e-4)
+
+
 def test_row_max_and_mean_over_the_last_axis_match_tf(rng):
     """A softmax's row max and a layer norm's mean reduce along contiguous memory: vectorized
     partial results (max and sum reducers), the rows in parallel."""

@@ -35,21 +35,25 @@ class RegisterTiles(BlockRule):
 
 
 class TransposedOperand(BlockRule):
-    """A tileable 2-D A·Bᵀ with static extents, at least TRANSPOSE_MIN_OUTPUTS outputs and a
-    reduction of at least a tile's rows: B copied transposed (in tiles, transpose.py), then
-    register tiles as for A·B. Batched forms (Q·Kᵀ of attention) are left to dot products."""
+    """A tileable A·Bᵀ with static rows, columns and reduction, at least TRANSPOSE_MIN_OUTPUTS
+    outputs over its static axes and a reduction of at least a tile's rows: B copied with its
+    column axis last (in tiles, transpose.py), then register tiles as for A·B. Leading batch
+    axes (attention's Q·Kᵀ over batch and heads) take their part of B each; the copy costs
+    one pass over B against `rows` passes of the product."""
 
     name = "transposed operand"
 
     def match(self, sch, block, info):
         if not tileable_reduction(sch, info.stmt, info.loops, info.spatial, info.lanes):
             return None
-        return transposed_operand(sch, info.stmt, info.loops)
+        return transposed_operand(sch, info.stmt, info.loops, info.spatial)
 
-    def apply(self, sch, block, info, b, schedule_block) -> None:
+    def apply(self, sch, block, info, plan, schedule_block) -> None:
+        b, column_axis = plan
         copy = sch.cache_read(block, b, "global")
-        sch.transform_layout(copy, ("write", 0), lambda j, k: (k, j))
-        transpose_copy(sch, copy, info.lanes, schedule_block)
+        sch.transform_layout(copy, ("write", 0), lambda *index: (*index[:column_axis], *index[column_axis + 1:],
+                                                                 index[column_axis]))
+        transpose_copy(sch, copy, column_axis, info.lanes, schedule_block)
         tile_reduction(sch, block, sch.get_loops(block), info.spatial, info.lanes, info.parallel, schedule_block)
 
 
@@ -64,25 +68,32 @@ def tileable_reduction(sch, stmt, loops, spatial, lanes) -> bool:
     return isinstance(cols, tirx.IntImm) and (tile_width(int(cols), lanes) is not None or 4 <= int(cols) <= 2 * lanes)
 
 
-def transposed_operand(sch, stmt, loops) -> int | None:
-    """For a 2-D matmul C[i, j] = sum_k A[i, k] B[j, k] with static extents, at least
-    TRANSPOSE_MIN_OUTPUTS outputs and a reduction of at least a tile's rows, the index of B
-    among the block's reads; else None."""
+def transposed_operand(sch, stmt, loops, spatial) -> tuple[int, int] | None:
+    """For C[..., i, j] = sum_k A[..., i, k] B[..., j, ..., k] (every index of B a loop variable,
+    none of them i) with static i, j and k, at least TRANSPOSE_MIN_OUTPUTS outputs over the
+    static axes and a reduction of at least a tile's rows: the index of B among the block's
+    reads and the axis of B that j walks; else None."""
     from tvm import tirx
 
-    if len(loops) != 3 or len(stmt.iter_vars) != 3:
+    if len(loops) != spatial + 1 or len(stmt.iter_vars) != spatial + 1:
         return None
     extents = [sch.get(loop).extent for loop in loops]
-    if not all(isinstance(e, tirx.IntImm) for e in extents):
+    if not all(isinstance(e, tirx.IntImm) for e in extents[spatial - 2:]):
         return None
-    rows, cols, depth = (int(e) for e in extents)
-    if rows * cols < TRANSPOSE_MIN_OUTPUTS or depth < TILE_ROWS:
+    depth = int(extents[spatial])
+    if static_rows(sch, loops[:spatial]) < TRANSPOSE_MIN_OUTPUTS or depth < TILE_ROWS:
         return None
-    _, j, k = (iv.var for iv in stmt.iter_vars)
+    i, j, k = (iv.var for iv in stmt.iter_vars[spatial - 2:])
+    loop_vars = [iv.var for iv in stmt.iter_vars]
     for index, read in enumerate(stmt.reads):
         region = [r.min for r in read.region]
-        if len(region) == 2 and region[0].same_as(j) and region[1].same_as(k):
-            return index
+        if len(region) < 2 or not region[-1].same_as(k) or any(m.same_as(i) for m in region):
+            continue
+        if not all(any(m.same_as(v) for v in loop_vars) for m in region):
+            continue
+        column_axis = next((axis for axis, m in enumerate(region[:-1]) if m.same_as(j)), None)
+        if column_axis is not None:
+            return index, column_axis
     return None
 
 

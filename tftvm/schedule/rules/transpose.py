@@ -2,7 +2,7 @@
 transposed copy of a matmul operand (register_tiles.TransposedOperand)."""
 from __future__ import annotations
 
-from ..analysis import uses
+from ..analysis import static_rows, uses
 from ..rule import BlockRule
 
 PARALLEL_MIN_COPY = 1 << 18  # elements (1 MB of float32): below, a thread's launch costs more
@@ -59,18 +59,20 @@ def tile_transpose(sch, block, across: int, lanes: int, parallel) -> None:
     parallel(sch.fuse(*outer, rows_outer, columns_outer))
 
 
-def transpose_copy(sch, copy, lanes: int, schedule_block) -> None:
-    """The transposed copy of a matmul's B in tiles, in parallel from PARALLEL_MIN_COPY
-    elements: the copy block iterates B's rows, so scheduled as an elementwise block each
-    vector of it would be stored a row apart, on one thread. A copy whose extents are not
-    whole vectors goes through the rules."""
+def transpose_copy(sch, copy, column_axis: int, lanes: int, schedule_block) -> None:
+    """The copy of a matmul's B with its column axis (`column_axis`, j) moved last, in tiles,
+    in parallel from PARALLEL_MIN_COPY elements: the copy block iterates B's axes, so
+    scheduled as an elementwise block each vector of it would be stored a row apart, on one
+    thread. A copy whose j and k extents are not whole vectors goes through the rules."""
     from tvm import tirx
 
-    rows, cols = sch.get_loops(copy)  # B's: rows j, then k along them
-    extents = [sch.get(loop).extent for loop in (rows, cols)]
-    if not all(isinstance(e, tirx.IntImm) and int(e) % lanes == 0 for e in extents):
+    loops = sch.get_loops(copy)  # B's axes, its reduction axis k last
+    extents = [sch.get(loop).extent for loop in loops]
+    if not all(isinstance(extents[axis], tirx.IntImm) and int(extents[axis]) % lanes == 0
+               for axis in (column_axis, len(loops) - 1)):
         schedule_block(sch, copy)
         return
-    sch.reorder(cols, rows)  # the copy's own rows (B's columns) outside: its rows written whole
-    large = int(extents[0]) * int(extents[1]) >= PARALLEL_MIN_COPY
-    tile_transpose(sch, copy, 0, lanes, sch.parallel if large else lambda loop: None)
+    # The copy's own axes, in the order it writes them: its rows (B's columns) outside.
+    sch.reorder(*(loop for axis, loop in enumerate(loops) if axis != column_axis), loops[column_axis])
+    large = static_rows(sch, loops) >= PARALLEL_MIN_COPY
+    tile_transpose(sch, copy, len(loops) - 2, lanes, sch.parallel if large else lambda loop: None)
