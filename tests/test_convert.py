@@ -218,6 +218,43 @@ def test_nans_come_out_where_tf_gives_them(op_type, rng):
     assert all(np.isnan(program(*feed).numpy()).any() for feed in feeds if np.isnan(feed[0]).any())
 
 
+@pytest.mark.parametrize("activation", [tf.nn.relu, tf.nn.relu6])
+def test_an_activation_over_a_batch_of_1_fuses_into_the_conv_before_it(activation, rng):
+    """The NaN-passing ReLU of a static batch of 1 reads its input at its own index, not at 0
+    along the batch: FuseOps sees it elementwise and writes it with the conv and bias (as a
+    broadcast it ran as a pass of its own), and NaNs still come out where TF's are."""
+    def fn(x, w, b):
+        return activation(tf.nn.conv2d(x, w, 1, "SAME") + b)
+
+    specs = [tf.TensorSpec((1, 6, 6, 4), F), tf.TensorSpec((1, 1, 4, 8), F), tf.TensorSpec((8,), F)]
+    x = rng.standard_normal((1, 6, 6, 4)).astype(F)
+    x[0, 2, 3, 1] = np.nan
+    feed = [x, rng.standard_normal((1, 1, 4, 8)).astype(F), rng.standard_normal(8).astype(F)]
+    program = check_converter(fn, specs, [feed], "Conv2D")
+    names = [k.name.split("/")[-1] for k in program.kernels]
+    last = {"relu": "relu", "relu6": "clip"}[activation.__name__]  # tf.nn.relu6 converts to clip
+    assert len(names) == 1 and names[0].startswith("fused_conv2d") and names[0].endswith(last), names
+    assert np.isnan(program(*feed).numpy()).any()
+
+
+@pytest.mark.parametrize("fill", [0.0, 1.0])
+def test_a_zero_pad_before_a_strided_depthwise_conv_is_the_convs_own_padding(fill, rng):
+    """Keras' ZeroPadding2D then a "valid" DepthwiseConv2D of stride 2 (MobileNetV2): the pad
+    folds into the conv, so no kernel writes a padded copy and the ReLU6 before it is the 1x1
+    conv's epilogue; a pad of ones is no conv padding and stays."""
+    def fn(x, w, b, dw):
+        y = tf.nn.relu6(tf.nn.conv2d(x, w, 1, "SAME") + b)
+        y = tf.pad(y, [[0, 0], [0, 1], [0, 1], [0, 0]], constant_values=fill)
+        return tf.nn.depthwise_conv2d(y, dw, [1, 2, 2, 1], "VALID")
+
+    shapes = [(1, 9, 9, 4), (1, 1, 4, 16), (16,), (3, 3, 16, 1)]
+    feed = [rng.standard_normal(s).astype(F) for s in shapes]
+    program = check_converter(fn, [tf.TensorSpec(s, F) for s in shapes], [feed], "DepthwiseConv2dNative")
+    names = [k.name.split("/")[-1] for k in program.kernels]
+    assert (not any("pad" in n for n in names)) == (fill == 0.0), names
+    assert any(n.endswith("clip") for n in names) == (fill == 0.0), names
+
+
 def test_table_covers_every_case():
     assert {c.split("/")[0] for c in CASES} <= set(CONVERTERS)
 

@@ -212,6 +212,24 @@ def test_attention_scores_over_batch_and_heads_copy_the_keys_with_their_axis_las
         np.testing.assert_allclose(op(kv, qv).numpy(), want, rtol=1e-4, atol=1e-4)
 
 
+@pytest.mark.parametrize("stride", [1, 2])
+def test_a_depthwise_conv_reads_its_padding_in_place(stride, rng):
+    """A depthwise conv's "same" padding is no pass writing a padded copy: its taps test the
+    bounds as they read (each input is read by 9 taps, far fewer than a conv's channels)."""
+    from tvm import topi
+
+    x = te.placeholder((1, 20, 20, 32), name="x")
+    w = te.placeholder((3, 3, 1, 32), name="w")
+    out = topi.nn.group_conv2d_nhwc(x, w, stride, 1, 1, 32)
+    script = default_cpu_schedule(tvm.IRModule({"f": te.create_prim_func([x, w, out])})).script()
+    assert 'T.sblock("pad_temp")' not in script and "T.vectorized" in script, script
+    op = tftvm.op([x, w], [out], name=f"sched_depthwise_{stride}")
+    xv = rng.standard_normal((1, 20, 20, 32)).astype(np.float32)
+    wv = rng.standard_normal((3, 3, 1, 32)).astype(np.float32)
+    want = tf.nn.depthwise_conv2d(xv, wv.transpose(0, 1, 3, 2), [1, stride, stride, 1], [[0, 0], [1, 1], [1, 1], [0, 0]])
+    np.testing.assert_allclose(op(xv, wv).numpy(), want.numpy(), rtol=1e-4, atol=1e-4)
+
+
 def test_row_max_and_mean_over_the_last_axis_match_tf(rng):
     """A softmax's row max and a layer norm's mean reduce along contiguous memory: vectorized
     partial results (max and sum reducers), the rows in parallel."""

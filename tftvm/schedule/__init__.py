@@ -1,7 +1,8 @@
 """A default CPU schedule so untuned kernels are not serial scalar loops.
 
-Chains of elementwise blocks are first inlined into one loop (TVM's AutoInline rule) and
-blocks that only copy are inlined away (inline.py). Every other block goes to the first of
+Chains of elementwise blocks are first inlined into one loop (TVM's AutoInline rule), blocks
+that only copy are inlined away, and the padding of a depthwise conv or a pool is read in
+place (inline.py). Every other block goes to the first of
 RULES that matches it (rule.py; one module per strategy in rules/):
 
 1. RegisterTiles: a reduction over a static output axis that tiles, contiguous along it
@@ -22,7 +23,7 @@ from __future__ import annotations
 import logging
 
 from .analysis import BlockInfo, vector_lanes
-from .inline import inline_copy, inline_elementwise
+from .inline import inline_copy, inline_elementwise, inline_padding
 from .rules.column_sums import ColumnSums
 from .rules.dot_products import DotProducts
 from .rules.parallel_loops import ParallelLoops
@@ -72,7 +73,7 @@ def default_cpu_trace(mod):
         for block in sch.get_child_blocks(sch.get_sblock("root")):
             trial = sch.copy()
             try:
-                if not inline_copy(trial, block):
+                if not (inline_copy(trial, block) or inline_padding(trial, block)):
                     schedule_block(trial, block)
             except Exception as err:  # TVM raises its own error types for refused steps
                 log.debug("default schedule left block as is: %s", err)

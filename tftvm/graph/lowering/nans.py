@@ -103,12 +103,15 @@ def _reduction(larger: bool):
 
 
 def _broadcast_index(x, shape, index):
-    """The index of `x` that the element at `index` of the broadcast `shape` reads."""
+    """The index of `x` that the element at `index` of the broadcast `shape` reads. An axis of
+    1 in both reads the loop variable, not 0: a kernel whose every read is at its own index is
+    elementwise to FuseOps, and a ReLU of a static batch of 1 then fuses into the conv before
+    it (read at 0, it was a broadcast, left as a pass of its own)."""
     from tvm import tirx
 
     offset = len(shape) - len(x.shape)
-    return tuple(tirx.const(0, index[offset + i].ty.dtype) if _is_one(dim) else index[offset + i]
-                 for i, dim in enumerate(x.shape))  # fmt: skip
+    return tuple(tirx.const(0, index[offset + i].ty.dtype) if _is_one(dim) and not _is_one(shape[offset + i])
+                 else index[offset + i] for i, dim in enumerate(x.shape))  # fmt: skip
 
 
 def _is_one(dim) -> bool:

@@ -21,12 +21,15 @@ def fuse(mod, merged: str | None = None):
     """Legalize and fuse a Relax module with TVM's CPU legalization passes (relax.backend.
     cpu_generic), its LegalizeOps given tftvm's own legalizations where TVM's are wrong or slow
     on CPU: NaNs passed on as TF does, conv and matmul weights packed, vector transcendentals.
-    The function named `merged` becomes a few large kernels (see `_group_whole`)."""
+    A zero pad before a conv is first folded into the conv (fold_pads). The function named
+    `merged` becomes a few large kernels (see `_group_whole`)."""
     import tvm
     from tvm import relax
     from tvm.relax.backend.cpu_generic import legalize_passes
 
-    from . import fast_math, nans, pack_weights
+    from . import fast_math, fold_pads, nans, pack_weights
+
+    mod = fold_pads.fold(mod)
 
     legalize = relax.transform.LegalizeOps(customize_legalize_map={
         **pack_weights.legalize_map(), **nans.legalize_map(), **fast_math.legalize_map()})
