@@ -212,6 +212,26 @@ def test_attention_scores_over_batch_and_heads_copy_the_keys_with_their_axis_las
         np.testing.assert_allclose(op(kv, qv).numpy(), want, rtol=1e-4, atol=1e-4)
 
 
+def test_attention_probs_times_values_tile_over_the_queries_not_the_heads(rng):
+    """probs·V, einsum("acbe,aecd->abcd"), writes [batch, queries, heads, depth]: V is
+    indexed by the heads, so the register tiles take 8 queries as rows (12 heads gave tiles of
+    6 rows, each loading its own vector of V)."""
+    batch, heads, length, depth = te.var("batch"), 12, 64, 32
+    probs = te.placeholder((batch, heads, length, length), name="probs")
+    value = te.placeholder((batch, length, heads, depth), name="value")
+    e = te.reduce_axis((0, length), name="e")
+    out = te.compute((batch, length, heads, depth),
+                     lambda a, b, c, d: te.sum(probs[a, c, b, e] * value[a, e, c, d], axis=e), name="out")
+    sch = default_cpu_trace(tvm.IRModule({"f": te.create_prim_func([probs, value, out])}))
+    loops = [sch.get(loop) for loop in sch.get_loops(sch.get_sblock("out_update"))]
+    assert [int(loop.extent) for loop in loops if loop.kind == tvm.tirx.ForKind.UNROLLED] == [8]
+    op = tftvm.op([probs, value], [out], name="sched_probs_values")
+    for n in (1, 2):
+        pv = rng.standard_normal((n, heads, length, length)).astype(np.float32)
+        vv = rng.standard_normal((n, length, heads, depth)).astype(np.float32)
+        np.testing.assert_allclose(op(pv, vv).numpy(), np.einsum("acbe,aecd->abcd", pv, vv), rtol=1e-4, atol=1e-4)
+
+
 @pytest.mark.parametrize("stride", [1, 2])
 def test_a_depthwise_conv_reads_its_padding_in_place(stride, rng):
     """A depthwise conv's "same" padding is no pass writing a padded copy: its taps test the

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import logging
 
-from ..analysis import columns_contiguous, one_reduction, static_rows
+from ..analysis import columns_contiguous, one_reduction, static_rows, uses
 from ..rule import BlockRule
 from .transpose import transpose_copy
 
@@ -31,7 +31,38 @@ class RegisterTiles(BlockRule):
         return True if tiles and columns_contiguous(info.stmt, info.spatial) else None
 
     def apply(self, sch, block, info, plan, schedule_block) -> None:
-        tile_reduction(sch, block, info.loops, info.spatial, info.lanes, info.parallel, schedule_block)
+        loops = rows_b_does_not_index(sch, block, info.stmt, info.loops, info.spatial)
+        tile_reduction(sch, block, loops, info.spatial, info.lanes, info.parallel, schedule_block)
+
+
+def rows_b_does_not_index(sch, block, stmt, loops, spatial) -> list:
+    """The block's loops, with a static output axis that the column operands (B) do not index
+    moved next to the columns where the axis there is one they do: the rows of a tile then
+    share B's vectors. Attention's probs·V, einsum("acbe,aecd->abcd"), writes [batch, queries,
+    heads, depth]; its heads index V, so tiles over the heads would load a new vector of V
+    for every row, and its tiles run over the queries instead. Only static axes move
+    (pad_einsum pads the block's own axis order)."""
+    from tvm import tirx
+
+    iter_vars = [iv.var for iv in stmt.iter_vars]
+    column, output = iter_vars[spatial - 1], stmt.writes[0].source
+    b_regions = [read.region for read in stmt.reads if not read.source.same_as(output)
+                 and any(uses(r.min, column) for r in read.region)]  # fmt: skip
+
+    def indexed_by_b(var) -> bool:
+        return any(uses(r.min, var) for region in b_regions for r in region)
+
+    def static(loop) -> bool:
+        return isinstance(sch.get(loop).extent, tirx.IntImm)
+
+    if not indexed_by_b(iter_vars[spatial - 2]) or not static(loops[spatial - 2]):
+        return loops
+    for axis in range(spatial - 3, -1, -1):
+        if not indexed_by_b(iter_vars[axis]) and static(loops[axis]):
+            others = [loop for i, loop in enumerate(loops[: spatial - 1]) if i != axis]
+            sch.reorder(*others, loops[axis], loops[spatial - 1])
+            return sch.get_loops(block)
+    return loops
 
 
 class TransposedOperand(BlockRule):
