@@ -189,47 +189,46 @@ def test_dot_products_along_contiguous_rows_are_vectorized_along_the_rows(b, m, 
     np.testing.assert_allclose(op(av, bv).numpy(), want, rtol=1e-4, atol=1e-4)
 
 
+def attention_einsum(equation, shapes, names):
+    """Keras' attention einsum as Relax legalizes it (topi.einsum), over a `None` batch."""
+    from tvm import topi
+
+    batch = te.var("batch")
+    operands = [te.placeholder((batch, *shape), name=name) for shape, name in zip(shapes, names)]
+    return operands, topi.einsum(equation, *operands)
+
+
+def matches_einsum_at_batches(op, equation, shapes, rng, scale=1.0):
+    for n in (1, 2):
+        args = [rng.standard_normal((n, *shape)).astype(np.float32) for shape in shapes]
+        np.testing.assert_allclose(op(*args).numpy(), np.einsum(equation, *args) * scale, rtol=1e-4, atol=1e-4)
+
+
 def test_attention_scores_over_batch_and_heads_copy_the_keys_with_their_axis_last(rng):
     """Keras' attention scores, einsum("aecd,abcd->acbe", key, query) times a scale, at 128
     queries and keys: each key is read by every query, so the keys are copied once with their
     axis last ([batch, heads, depth, keys]) and the scores run in register tiles along them,
     the scale applied as they are written; a `None` batch stays symbolic."""
-    batch, heads, length, depth = te.var("batch"), 4, 128, 32
-    key = te.placeholder((batch, length, heads, depth), name="key")
-    query = te.placeholder((batch, length, heads, depth), name="query")
-    d = te.reduce_axis((0, depth), name="d")
-    scores = te.compute((batch, heads, length, length),
-                        lambda a, c, b, e: te.sum(key[a, e, c, d] * query[a, b, c, d], axis=d), name="scores")
+    shapes = [(128, 4, 32), (128, 4, 32)]  # [keys or queries, heads, depth]
+    (key, query), scores = attention_einsum("aecd,abcd->acbe", shapes, ["key", "query"])
     scaled = te.compute(scores.shape, lambda *i: scores[i] * 0.125, name="scaled")
-    sch = default_cpu_trace(tvm.IRModule({"f": te.create_prim_func([key, query, scaled])}))
-    script = sch.mod.script()
+    script = default_cpu_trace(tvm.IRModule({"f": te.create_prim_func([key, query, scaled])})).mod.script()
     assert "key_global" in script and "_rf" not in script and 'T.sblock("scaled")' not in script, script
     op = tftvm.op([key, query], [scaled], name="sched_attention_scores")
-    for n in (1, 2):
-        kv = rng.standard_normal((n, length, heads, depth)).astype(np.float32)
-        qv = rng.standard_normal((n, length, heads, depth)).astype(np.float32)
-        want = np.einsum("aecd,abcd->acbe", kv, qv) * 0.125
-        np.testing.assert_allclose(op(kv, qv).numpy(), want, rtol=1e-4, atol=1e-4)
+    matches_einsum_at_batches(op, "aecd,abcd->acbe", shapes, rng, scale=0.125)
 
 
 def test_attention_probs_times_values_tile_over_the_queries_not_the_heads(rng):
     """probs·V, einsum("acbe,aecd->abcd"), writes [batch, queries, heads, depth]: V is
     indexed by the heads, so the register tiles take 8 queries as rows (12 heads gave tiles of
     6 rows, each loading its own vector of V)."""
-    batch, heads, length, depth = te.var("batch"), 12, 64, 32
-    probs = te.placeholder((batch, heads, length, length), name="probs")
-    value = te.placeholder((batch, length, heads, depth), name="value")
-    e = te.reduce_axis((0, length), name="e")
-    out = te.compute((batch, length, heads, depth),
-                     lambda a, b, c, d: te.sum(probs[a, c, b, e] * value[a, e, c, d], axis=e), name="out")
+    shapes = [(12, 64, 64), (64, 12, 32)]  # probs [heads, queries, keys], V [keys, heads, depth]
+    (probs, value), out = attention_einsum("acbe,aecd->abcd", shapes, ["probs", "value"])
     sch = default_cpu_trace(tvm.IRModule({"f": te.create_prim_func([probs, value, out])}))
-    loops = [sch.get(loop) for loop in sch.get_loops(sch.get_sblock("out_update"))]
+    loops = [sch.get(loop) for loop in sch.get_loops(sch.get_sblock("T_einsum_update"))]
     assert [int(loop.extent) for loop in loops if loop.kind == tvm.tirx.ForKind.UNROLLED] == [8]
     op = tftvm.op([probs, value], [out], name="sched_probs_values")
-    for n in (1, 2):
-        pv = rng.standard_normal((n, heads, length, length)).astype(np.float32)
-        vv = rng.standard_normal((n, length, heads, depth)).astype(np.float32)
-        np.testing.assert_allclose(op(pv, vv).numpy(), np.einsum("acbe,aecd->abcd", pv, vv), rtol=1e-4, atol=1e-4)
+    matches_einsum_at_batches(op, "acbe,aecd->abcd", shapes, rng)
 
 
 @pytest.mark.parametrize("stride", [1, 2])
