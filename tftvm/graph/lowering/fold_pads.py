@@ -13,7 +13,8 @@ from __future__ import annotations
 
 def fold(mod):
     """`mod` with each conv2d whose input is a constant zero pad along H and W (NHWC) reading
-    the unpadded input with that pad added to its own; a pad nothing else reads goes."""
+    the unpadded input with that pad added to its own; a pad nothing else reads goes. `mod`'s
+    bindings are canonical (no `lv1 = lv` between the pad and the conv)."""
     import tvm
     from tvm import relax
     from tvm.relax.dpl import is_op, rewrite_call, wildcard
@@ -31,15 +32,12 @@ def fold(mod):
         return relax.op.nn.conv2d(matched[data], call.args[1], a.strides, padding, a.dilation, a.groups,
                                   a.data_layout, a.kernel_layout, a.out_layout, a.out_dtype)  # fmt: skip
 
-    out, changed = tvm.IRModule(dict(mod.functions)), False
-    for gv, func in mod.functions.items():
-        if not isinstance(func, relax.Function):
-            continue
-        rewritten = rewrite_call(pattern, folded, relax.transform.CanonicalizeBindings()(
-            tvm.IRModule({gv: func}))[gv])  # fmt: skip
-        if not rewritten.same_as(func):
-            out[gv], changed = rewritten, True
-    return relax.transform.DeadCodeElimination()(out) if changed else mod
+    rewritten = {gv: rewrite_call(pattern, folded, func) for gv, func in mod.functions.items()
+                 if isinstance(func, relax.Function)}  # fmt: skip
+    changed = {gv: func for gv, func in rewritten.items() if not func.same_as(mod[gv])}
+    if not changed:
+        return mod
+    return relax.transform.DeadCodeElimination()(tvm.IRModule({**mod.functions, **changed}))
 
 
 def _spatial_pads(pad_call, conv_attrs) -> list[int] | None:

@@ -29,16 +29,15 @@ def fuse(mod, merged: str | None = None):
 
     from . import fast_math, fold_pads, nans, pack_weights
 
-    mod = fold_pads.fold(mod)
-
     legalize = relax.transform.LegalizeOps(customize_legalize_map={
         **pack_weights.legalize_map(), **nans.legalize_map(), **fast_math.legalize_map()})
     passes = [legalize if p.info.name == "LegalizeOps" else p
               for p in legalize_passes(tvm.target.Target.current(allow_none=True))]  # fmt: skip
     seq = tvm.transform.Sequential
     # Bindings of one variable to another (a converted Identity, say) are nodes FuseOps cannot
-    # look through: with them no conv takes its bias, batch norm and ReLU.
-    mod = seq([relax.transform.CanonicalizeBindings(), *passes])(mod)
+    # look through: with them no conv takes its bias, batch norm and ReLU, nor the pad before it.
+    mod = fold_pads.fold(relax.transform.CanonicalizeBindings()(mod))
+    mod = seq(passes)(mod)
     grouped = _group_whole(mod, merged, CALLS_PER_KERNEL) if merged is not None else None
     if grouped is not None:
         mod = relax.transform.FuseTIR()(grouped)
