@@ -2,8 +2,6 @@
 import glob
 import json
 import logging
-import os
-import tempfile
 
 import numpy as np
 import pytest
@@ -18,17 +16,19 @@ def matmul(n=32):
     return [A, B], te.compute((n, n), lambda i, j: te.sum(A[i, r] * B[r, j], axis=r), name="C")
 
 
-CANDIDATE_DIRS = os.path.join(tempfile.gettempdir(), "tftvm-tune-*")  # tune_builder's
-
-
 @pytest.fixture(scope="module")
 def tuned(tmp_path_factory):
-    """(untuned op, tuned op, database, candidate directories the tune left behind)"""
+    """(untuned op, tuned op, database, candidate directories the tune left behind).
+
+    The build workers are started with TMPDIR set to a directory of this fixture's own, so a
+    tune running at the same time in another pytest worker cannot put its candidates there."""
     database = tmp_path_factory.mktemp("tuning_db")
+    scratch = tmp_path_factory.mktemp("tune_tmp")
     untuned = tftvm.op(*matmul(), name="tuned_mm")
-    before = set(glob.glob(CANDIDATE_DIRS))
-    op = tftvm.tune(untuned, trials=2, database=database, seed=0)
-    return untuned, op, database, set(glob.glob(CANDIDATE_DIRS)) - before
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv("TMPDIR", str(scratch))
+        op = tftvm.tune(untuned, trials=2, database=database, seed=0)
+    return untuned, op, database, set(glob.glob(str(scratch / "tftvm-tune-*")))  # tune_builder's
 
 
 def test_tuned_op_matches_numpy_and_records_are_written(tuned, rng):
