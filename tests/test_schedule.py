@@ -122,6 +122,37 @@ def test_a_none_batch_padding_stage_is_vectorized_over_its_static_image(rng):
         np.testing.assert_array_equal(op(xv).numpy(), np.pad(xv, [(0, 0), (1, 1), (1, 1), (0, 0)]))
 
 
+def test_a_three_channel_padding_stage_runs_in_parallel_by_image_row(rng):
+    """3 channels make no whole vectors: parallel over batch and rows, each row a serial loop
+    (parallel element by element, each element paid the loop's index arithmetic: an image
+    model's first conv 2x slower)."""
+    n = te.var("n")
+    x = te.placeholder((n, 224, 224, 3), name="x")
+    pad = te.compute((n, 225, 225, 3), lambda b, h, w, c: te.if_then_else(
+        te.all(h < 224, w < 224), x[b, h, w, c], 0.0), name="pad")  # fmt: skip
+    script = default_cpu_schedule(tvm.IRModule({"pad": te.create_prim_func([x, pad])})).script()
+    assert "T.parallel(n * 225)" in script
+    op = tftvm.op([x], [pad], name="sched_pad_rgb")
+    for batch in (1, 2):
+        xv = rng.standard_normal((batch, 224, 224, 3)).astype(np.float32)
+        np.testing.assert_array_equal(op(xv).numpy(), np.pad(xv, [(0, 0), (0, 1), (0, 1), (0, 0)]))
+
+
+def test_a_global_mean_over_a_none_batch_does_not_pad_the_batch(rng):
+    """No input is shared by the rows (images) of a global average pool, so its symbolic
+    batch is not padded to a tile's 8 rows (which copied and summed 8 images for 1)."""
+    n = te.var("n")
+    x = te.placeholder((n, 14, 14, 64), name="x")
+    kh, kw = te.reduce_axis((0, 14), name="kh"), te.reduce_axis((0, 14), name="kw")
+    total = te.compute((n, 64), lambda b, c: te.sum(x[b, kh, kw, c], axis=[kh, kw]), name="total")
+    script = default_cpu_schedule(tvm.IRModule({"mean": te.create_prim_func([x, total])})).script()
+    assert "_pad" not in script and "_local" in script
+    op = tftvm.op([x], [total], name="sched_global_sum")
+    for batch in (1, 3, 9):
+        xv = rng.standard_normal((batch, 14, 14, 64)).astype(np.float32)
+        np.testing.assert_allclose(op(xv).numpy(), xv.sum(axis=(1, 2)), rtol=1e-4, atol=1e-4)
+
+
 @pytest.mark.parametrize("side", [19, 38])
 def test_depthwise_conv_of_half_vector_channels_matches_tf(side, rng):
     """24 channels (no multiple of a vector) and 19-pixel image rows: one tile of 19 rows,

@@ -13,7 +13,8 @@ RULES that matches it (rule.py; one module per strategy in rules/):
    a layer norm's mean, Q·Kᵀ): a vector of partial results per output (rfactor).
 4. ColumnSums: a reduction over outer axes along contiguous columns (a bias gradient).
 5. TiledTranspose: an elementwise block that reads an input across its rows.
-6. ParallelLoops: the leading data-parallel loops in parallel, static inner loops vectorized.
+6. ParallelLoops: the leading data-parallel loops in parallel, static inner loops vectorized
+   (or, where they make no whole vectors, run as a serial row in each parallel iteration).
 
 A block runs in parallel only where it is large enough to pay for waking TVM's threads
 (analysis.PARALLEL_MIN_ITERATIONS). A step TVM refuses leaves that block as it was.

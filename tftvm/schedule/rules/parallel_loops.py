@@ -1,9 +1,15 @@
 """The rule for every block no other rule took: its leading data-parallel loops fused and
 run in parallel; an elementwise block's static inner loops (all of them, or the image of a
-`None` batch) vectorized explicitly."""
+`None` batch) vectorized explicitly, or, where they make no whole vectors, left as a serial
+loop of up to SERIAL_CHUNK elements inside each parallel iteration."""
 from __future__ import annotations
 
 from ..rule import BlockRule
+
+# A padding stage over 3 channels (224 x 3 elements a row) makes no whole vectors. Run in
+# parallel element by element, each element pays for the parallel loop's index arithmetic;
+# a serial row per parallel iteration is one loop that LLVM simplifies.
+SERIAL_CHUNK = 4096
 
 
 class ParallelLoops(BlockRule):
@@ -25,7 +31,23 @@ class ParallelLoops(BlockRule):
             sch.vectorize(inner)
             parallel(sch.fuse(*loops[: len(loops) - static], outer) if static < len(loops) else outer)
         else:
-            parallel(sch.fuse(*loops[: info.spatial]) if info.spatial > 1 else loops[0])
+            outer = loops[: info.spatial - serial_suffix(sch, loops[: info.spatial])]
+            parallel(sch.fuse(*outer) if len(outer) > 1 else outer[0])
+
+
+def serial_suffix(sch, loops) -> int:
+    """How many innermost loops, static and together at most SERIAL_CHUNK iterations, stay
+    serial inside each parallel iteration; at least one loop stays outside."""
+    from tvm import tirx
+
+    count, product = 0, 1
+    for loop in reversed(loops[1:]):
+        extent = sch.get(loop).extent
+        if not isinstance(extent, tirx.IntImm) or product * int(extent) > SERIAL_CHUNK:
+            break
+        product *= int(extent)
+        count += 1
+    return count
 
 
 def static_suffix(sch, loops, lanes: int) -> tuple[int, int]:

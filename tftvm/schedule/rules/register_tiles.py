@@ -156,7 +156,8 @@ def tile_reduction(sch, block, loops, spatial, lanes, parallel, schedule_block) 
     rows = sch.get(loops[spatial - 2]).extent
     cols = int(sch.get(loops[spatial - 1]).extent)
     padded_cols = cols if tile_width(cols, lanes) else padded_columns(cols, lanes) or cols
-    row_factor = 1 if isinstance(rows, tirx.IntImm) else TILE_ROWS
+    pad_rows = not isinstance(rows, tirx.IntImm) and rows_share_an_operand(sch.get(block), spatial)
+    row_factor = TILE_ROWS if pad_rows else 1
     copies = []
     if padded_cols != cols or row_factor > 1:
         copies = pad(sch, block, spatial, len(loops), row_factor, padded_cols if padded_cols != cols else 1)
@@ -169,7 +170,7 @@ def tile_reduction(sch, block, loops, spatial, lanes, parallel, schedule_block) 
     if isinstance(rows, tirx.IntImm):
         height = min(int(rows), tile_height(int(rows), most_rows(width, lanes)))
     else:  # padded to whole tiles: a batch of 1 pays for a tile's rows
-        height = TILE_ROWS if copies is not None else 1  # unpadded: tiles of one row
+        height = TILE_ROWS if pad_rows and copies is not None else 1  # unpadded: tiles of one row
     loops = sch.get_loops(block)
     batch, rows_loop, cols_loop, reductions = loops[: spatial - 2], *loops[spatial - 2 : spatial], loops[spatial:]
     columns_first = isinstance(rows, tirx.IntImm) and (
@@ -212,6 +213,17 @@ def tile_reduction(sch, block, loops, spatial, lanes, parallel, schedule_block) 
         except Exception:  # TVM raises its own error types for a missing block
             continue
         schedule_block(sch, copy)
+
+
+def rows_share_an_operand(stmt, spatial) -> bool:
+    """Whether an input is read the same by every row (B of A·B, a conv's weights): only
+    then does a tile of several rows save loads. A global average pool over a symbolic batch,
+    mean(x[n, h, w, c]) over h and w, has none: padding its batch of 1 to a tile's 8 rows
+    would copy and sum 8 images."""
+    row = stmt.iter_vars[spatial - 2].var
+    output = stmt.writes[0].source
+    return any(not read.source.same_as(output) and not any(uses(r.min, row) for r in read.region)
+               for read in stmt.reads)  # fmt: skip
 
 
 def inline_epilogue(sch, write_back) -> None:
