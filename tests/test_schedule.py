@@ -313,6 +313,25 @@ def test_a_conv_of_11_channels_runs_in_one_tile_of_all_its_columns(rng):
     np.testing.assert_allclose(op(xv, wv).numpy(), tf.nn.conv2d(xv, wv, 1, "VALID").numpy(), rtol=1e-4, atol=1e-4)
 
 
+def test_a_conv_of_144_channels_tiles_three_vectors_as_three_unrolled_vectors(rng):
+    """144 channels (MobileNetV2's expansions): tiles of 8 rows x 3 vectors, not of one
+    vector (8 accumulators, short of the FMA units' latency); the 3 vectors unrolled, since
+    LLVM scalarizes a vector of 48 floats."""
+    lanes = vector_lanes("float32")
+    x = te.placeholder((1, 16, 16, 24), name="x")
+    w = te.placeholder((1, 1, 24, 144), name="w")
+    rc = te.reduce_axis((0, 24), name="rc")
+    conv = te.compute((1, 16, 16, 144), lambda b, h, v, c: te.sum(x[b, h, v, rc] * w[0, 0, rc, c], axis=rc),
+                      name="conv")  # fmt: skip
+    script = scheduled_script(x, w, conv)
+    if lanes == 16:
+        assert "T.unroll(3)" in script and "T.vectorized(16)" in script and "T.vectorized(48)" not in script
+    op = tftvm.op([x, w], [conv], name="sched_conv_144")
+    xv = rng.standard_normal((1, 16, 16, 24)).astype(np.float32)
+    wv = rng.standard_normal((1, 1, 24, 144)).astype(np.float32)
+    np.testing.assert_allclose(op(xv, wv).numpy(), tf.nn.conv2d(xv, wv, 1, "VALID").numpy(), rtol=1e-4, atol=1e-4)
+
+
 @pytest.mark.parametrize("shape, axes, vectorized", [
     ((8, 16, 96), (0, 1), True),   # a bias gradient: 96 columns, rows of 8 x 16
     ((33, 48), (0,), True),        # odd row count

@@ -15,7 +15,7 @@ from .transpose import transpose_copy
 
 log = logging.getLogger(__name__)
 
-TILE_ROWS = 8  # a register tile of up to 8 rows (tile_height) x 2 vectors of accumulators (tile_width)
+TILE_ROWS = 8  # a register tile of up to 8 rows (tile_height) x 2 or 3 vectors of accumulators (tile_width)
 ACCUMULATOR_REGISTERS = 28  # of AVX-512's 32 vector registers; the rest hold a weight vector and inputs
 TRANSPOSE_MIN_OUTPUTS = 1 << 16  # 256 x 256: below, the copy costs more than dot products lose
 
@@ -139,10 +139,12 @@ def padded_columns(cols: int, lanes: int) -> int | None:
 
 
 def tile_width(cols: int, lanes: int) -> int | None:
-    """Columns per register tile: two vectors, one, or a half or quarter vector where the
-    column count is no multiple of a vector (Xception's 728 channels, NASNet's 88): tiles of
-    whole vectors of a narrower width beat fewer, taller tiles of odd widths."""
-    for width in (2 * lanes, lanes, lanes // 2, lanes // 4):
+    """Columns per register tile: two vectors, three (144 channels: 8 x 3 accumulators, where
+    tiles of one vector have 8, too few to cover the FMA units' latency), one, or a half or
+    quarter vector where the column count is no multiple of a vector (Xception's 728
+    channels, NASNet's 88): tiles of whole vectors of a narrower width beat fewer, taller
+    tiles of odd widths."""
+    for width in (2 * lanes, 3 * lanes, lanes, lanes // 2, lanes // 4):
         if width >= 4 and cols % width == 0:
             return width
     return None
@@ -199,20 +201,34 @@ def tile_reduction(sch, block, loops, spatial, lanes, parallel, schedule_block) 
     # Padded rows are written back into the padded buffer, then copied out: the epilogue
     # goes into that copy (a bounds check on each written row would cost more).
     inline_epilogue(sch, sch.get_consumers(write_back)[0] if copies else write_back)
-    sch.vectorize(sch.get_loops(write_back)[-1])
+    vectorize_by_registers(sch, sch.get_loops(write_back)[-1], lanes)
     parallel(fused)
     if len(inner) == 2:
         sch.unroll(inner[0])
-    sch.vectorize(ji)
+    vectorize_by_registers(sch, ji, lanes)
     # Annotations first: a reduction split from its init no longer passes their checks.
     init = sch.decompose_reduction(block, reductions[0])
-    sch.vectorize(sch.get_loops(init)[-1])
+    vectorize_by_registers(sch, sch.get_loops(init)[-1], lanes)
     for name in copies or ():  # the padding copies that are still there (not inlined above)
         try:
             copy = sch.get_sblock(name)
         except Exception:  # TVM raises its own error types for a missing block
             continue
         schedule_block(sch, copy)
+
+
+def vectorize_by_registers(sch, loop, lanes) -> None:
+    """Vectorize `loop`; a loop of 3 vectors (a tile of 48 columns) as 3 unrolled vectors:
+    LLVM splits a vector of a power-of-two count of registers into registers, but scalarizes
+    one of 3."""
+    extent = int(sch.get(loop).extent)
+    count = extent // lanes
+    if extent % lanes or count & (count - 1) == 0:
+        sch.vectorize(loop)
+        return
+    registers, vector = sch.split(loop, [count, lanes])
+    sch.unroll(registers)
+    sch.vectorize(vector)
 
 
 def rows_share_an_operand(stmt, spatial) -> bool:
