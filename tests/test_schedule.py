@@ -138,6 +138,23 @@ def test_a_three_channel_padding_stage_runs_in_parallel_by_image_row(rng):
         np.testing.assert_array_equal(op(xv).numpy(), np.pad(xv, [(0, 0), (0, 1), (0, 1), (0, 0)]))
 
 
+def test_a_per_channel_scale_of_rgb_pixels_runs_in_chunks_of_whole_pixels(rng):
+    """Keras' Normalization on 3-channel pixels: chunks of 3 vectors (16 pixels), so that each
+    lane reads one channel's scale in every chunk (in chunks of one vector each lane computed
+    its channel, and the scales were gathered: 20x slower)."""
+    lanes = vector_lanes("float32")
+    x = te.placeholder((1, 224, 224, 3), name="x")
+    mean, scale = te.placeholder((3,), name="mean"), te.placeholder((3,), name="scale")
+    y = te.compute((1, 224, 224, 3), lambda b, h, w, c: (x[b, h, w, c] - mean[c]) * scale[c], name="y")
+    script = default_cpu_schedule(tvm.IRModule({"norm": te.create_prim_func([x, mean, scale, y])})).script()
+    if lanes in (8, 16):
+        assert "T.unroll(3)" in script and f"T.vectorized({lanes})" in script
+    op = tftvm.op([x, mean, scale], [y], name="sched_rgb_norm")
+    xv = rng.standard_normal((1, 224, 224, 3)).astype(np.float32)
+    mv, sv = np.float32([0.485, 0.456, 0.406]), np.float32([4.4, 4.5, 4.4])
+    np.testing.assert_allclose(op(xv, mv, sv).numpy(), (xv - mv) * sv, rtol=1e-6, atol=1e-6)
+
+
 def test_a_global_mean_over_a_none_batch_does_not_pad_the_batch(rng):
     """No input is shared by the rows (images) of a global average pool, so its symbolic
     batch is not padded to a tile's 8 rows (which copied and summed 8 images for 1)."""

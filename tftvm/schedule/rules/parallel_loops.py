@@ -5,30 +5,31 @@ loop of up to SERIAL_CHUNK elements inside each parallel iteration."""
 from __future__ import annotations
 
 from ..rule import BlockRule
+from ..vectorize import vectorize_by_registers
 
 # A padding stage over 3 channels (224 x 3 elements a row) makes no whole vectors. Run in
 # parallel element by element, each element pays for the parallel loop's index arithmetic;
 # a serial row per parallel iteration is one loop that LLVM simplifies.
 SERIAL_CHUNK = 4096
+MAX_CHUNK_VECTORS = 8  # the most unrolled vectors in a chunk of pixels of an odd channel count
 
 
 class ParallelLoops(BlockRule):
     name = "parallel loops"
 
     def match(self, sch, block, info):
-        static, width = static_suffix(sch, info.loops, info.lanes) if info.spatial == len(info.loops) else (0, 0)
-        return static, width
+        return static_suffix(sch, info.loops, info.lanes) if info.spatial == len(info.loops) else (0, 0)
 
     def apply(self, sch, block, info, plan, schedule_block) -> None:
-        static, width = plan
+        static, chunk = plan
         loops, parallel = info.loops, info.parallel
         if static:
             # Only static loops are split by a vector: a symbolic extent would leave a bounds
             # check in the vector loop (and left to LLVM, a padding stage's index arithmetic
             # stays scalar).
             inner_loops = loops[len(loops) - static :]
-            outer, inner = sch.split(sch.fuse(*inner_loops) if static > 1 else inner_loops[0], [None, width])
-            sch.vectorize(inner)
+            outer, inner = sch.split(sch.fuse(*inner_loops) if static > 1 else inner_loops[0], [None, chunk])
+            vectorize_by_registers(sch, inner, info.lanes)
             parallel(sch.fuse(*loops[: len(loops) - static], outer) if static < len(loops) else outer)
         else:
             outer = loops[: info.spatial - serial_suffix(sch, loops[: info.spatial])]
@@ -52,10 +53,14 @@ def serial_suffix(sch, loops) -> int:
 
 def static_suffix(sch, loops, lanes: int) -> tuple[int, int]:
     """How many innermost loops have static extents whose product is a whole number of
-    vectors, and the vector width: the widest of a vector, a half or a quarter that divides
-    the innermost extent (so that no vector straddles two pixels of a pad of 728 channels, whose
-    condition then differs lane by lane), else a whole vector (a pad of 3 channels: 224 x 3
-    of them). (0, 0) if none."""
+    chunks, and the chunk: the widest of a vector, a half or a quarter that divides the
+    innermost extent (so that no vector straddles two pixels of a pad of 728 channels, whose
+    condition then differs lane by lane); else as many whole vectors as make a whole number
+    of innermost rows (3 channels: 3 vectors of 16 pixels), up to MAX_CHUNK_VECTORS, in which
+    each lane reads the same channel in every chunk (in one vector of 3-channel pixels, each
+    lane computes its channel, and a per-channel scale is gathered). (0, 0) if none."""
+    import math
+
     from tvm import tirx
 
     extents = []
@@ -66,7 +71,10 @@ def static_suffix(sch, loops, lanes: int) -> tuple[int, int]:
         extents.append(int(extent))
     if not extents:
         return 0, 0
-    width = next((w for w in (lanes, lanes // 2, lanes // 4) if w >= 4 and extents[0] % w == 0), lanes)
+    width = next((w for w in (lanes, lanes // 2, lanes // 4) if w >= 4 and extents[0] % w == 0), None)
+    if width is None:
+        vectors = extents[0] // math.gcd(extents[0], lanes)
+        width = lanes * (vectors if vectors <= MAX_CHUNK_VECTORS else 1)
     product, best = 1, 0
     for count, extent in enumerate(extents, 1):
         product *= extent

@@ -11,6 +11,7 @@ import logging
 
 from ..analysis import columns_contiguous, one_reduction, static_rows, uses
 from ..rule import BlockRule
+from ..vectorize import vectorize_by_registers
 from .transpose import transpose_copy
 
 log = logging.getLogger(__name__)
@@ -215,20 +216,6 @@ def tile_reduction(sch, block, loops, spatial, lanes, parallel, schedule_block) 
         except Exception:  # TVM raises its own error types for a missing block
             continue
         schedule_block(sch, copy)
-
-
-def vectorize_by_registers(sch, loop, lanes) -> None:
-    """Vectorize `loop`; a loop of 3 vectors (a tile of 48 columns) as 3 unrolled vectors:
-    LLVM splits a vector of a power-of-two count of registers into registers, but scalarizes
-    one of 3."""
-    extent = int(sch.get(loop).extent)
-    count = extent // lanes
-    if extent % lanes or count & (count - 1) == 0:
-        sch.vectorize(loop)
-        return
-    registers, vector = sch.split(loop, [count, lanes])
-    sch.unroll(registers)
-    sch.vectorize(vector)
 
 
 def rows_share_an_operand(stmt, spatial) -> bool:
