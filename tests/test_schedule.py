@@ -97,6 +97,7 @@ def test_dense_with_epilogue_over_padded_rows_matches_tf(units, rng):
     ("m", 32, 256, False),   # an RNN step's x.W, batch counted as TYPICAL_DIM
     (256, 256, 64, True),    # 4M iterations
     ("m", 512, 512, True),
+    (1, 1280, 1000, True),   # a classifier at batch 1: 1.3M iterations, but 5 MB of weights to stream
 ])  # fmt: skip
 def test_only_blocks_worth_it_run_in_parallel(m, k, n, parallel, rng):
     A, B, C = matmul(te.var("m") if m == "m" else m, k, n)
