@@ -235,6 +235,46 @@ def test_kernels_keep_noalias_with_a_none_batch(rng):
     np.testing.assert_allclose(np.asarray(compiled(x)), fn(x).numpy(), rtol=1e-4, atol=1e-4)
 
 
+def test_a_none_batch_up_to_the_bound_runs_the_entry_whose_memory_is_planned(rng):
+    """Relax plans no shared storage for sizes it cannot prove equal (n x 36864 and n x 73728
+    bytes): the bounded entry, planned for a batch of up to UPPER_BOUND, reuses storage as a
+    static program does. Batches up to the bound run it, larger ones the unbounded "main";
+    both match TF."""
+    import tvm
+    from tftvm.graph.lowering.bounded_plan import BOUNDED_ENTRY, UPPER_BOUND
+
+    ws = [tf.constant(rng.standard_normal((3, 3, c, c + 8)).astype(np.float32) / 8) for c in (8, 16, 24, 32)]
+
+    def fn(x):  # intermediates of 16, 24 and 32 channels: the third fits where the first was
+        for w in ws:
+            x = tf.nn.relu(tf.nn.conv2d(x, w, 1, "SAME"))
+        return x
+
+    compiled = tftvm.compile_model(tf.function(fn), [tf.TensorSpec([None, 24, 24, 8])], keep_faster=False)
+    storages = {}
+    for entry in ("main", BOUNDED_ENTRY):
+        vm = tvm.relax.VirtualMachine(compiled._executable, tvm.cpu())
+        calls = []
+        vm.set_instrument(lambda func, sym, before, ret, *a: calls.append(sym) if before else 0)
+        vm[entry](tvm.runtime.tensor(np.zeros((2, 24, 24, 8), np.float32)))
+        storages[entry] = calls.count("vm.builtin.alloc_storage")
+    assert storages[BOUNDED_ENTRY] < storages["main"]
+
+    class Spy:  # which entry each call runs
+        def __init__(self, vm):
+            self.vm, self.entries = vm, []
+
+        def __getitem__(self, name):
+            self.entries.append(name)
+            return self.vm[name]
+
+    compiled._vm = spy = Spy(compiled._vm)
+    for batch in (1, UPPER_BOUND, UPPER_BOUND + 1):
+        x = rng.standard_normal((batch, 24, 24, 8)).astype(np.float32)
+        np.testing.assert_allclose(np.asarray(compiled(x)), fn(x).numpy(), rtol=1e-4, atol=1e-4)
+    assert spy.entries == [BOUNDED_ENTRY, BOUNDED_ENTRY, "main"]
+
+
 def test_specialized_shapes_run_their_own_static_program(mixed_model, rng):
     exe = tftvm.compile_model(mixed_model, [tf.TensorSpec([None, 8])], specialize=[(4, 8), [(2, 8)]])
     assert sorted(exe.statics) == [((2, 8),), ((4, 8),)]

@@ -21,7 +21,7 @@ import numpy as np
 from .graph import whole
 from .graph.frontend import Unsupported
 from .graph.frontend.support import NOT_COMPUTE
-from .graph.lowering import fold_scales
+from .graph.lowering import bounded_plan, fold_scales
 from .graph.lowering.precision import PrecisionReport, check, to_bf16
 from .graph.offload import control_flow, safety_net
 from .graph.offload.pipeline import offload
@@ -62,6 +62,8 @@ class CompiledModel:
         self.target = target
         self._executable = executable
         self._vm = relax.VirtualMachine(executable, tvm.cpu())
+        # Calls whose `None` dims fit bounded_plan.UPPER_BOUND run the entry planned for them.
+        self._bounded = _has_function(self._vm, bounded_plan.BOUNDED_ENTRY)
         # Calls whose input shapes are exactly a static program's run it instead of the general one.
         self.statics = {p.shapes: p for p in statics}
         for program in statics:
@@ -160,11 +162,15 @@ class CompiledModel:
         """The outputs (TF tensors, flat) of the VM on checked TF tensors (of input `shapes`, where known)."""
         args = [_to_tvm(x) for x in checked]
         shapes = _shapes_of(checked) if shapes is None else shapes
-        vm = self.statics[shapes].vm if shapes in self.statics else self._vm
+        vm, entry = self._vm, "main"
+        if shapes in self.statics:
+            vm = self.statics[shapes].vm
+        elif self._bounded and bounded_plan.fits(shapes, self.input_specs):
+            entry = bounded_plan.BOUNDED_ENTRY
         with self._lock:
             start = time.perf_counter()
             try:
-                result = vm["main"](*args)
+                result = vm[entry](*args)
             except Exception as err:
                 if "match_cast error" not in str(err):
                     raise
@@ -327,6 +333,14 @@ class _Trial:
             return None
         tvm_s, tf_s = (float(np.median(s[1::2])) for s in self.samples)
         return safety_net.Timing(tvm_s, tf_s)
+
+
+def _has_function(vm, name: str) -> bool:
+    try:
+        vm[name]
+    except Exception:  # the VM raises TVM's own error type for a missing function
+        return False
+    return True
 
 
 def _shapes_of(tensors) -> tuple:
@@ -512,6 +526,7 @@ def _fused_and_scheduled(mod, target, database=None) -> tuple:
     scheduled = default_cpu_schedule(tvm.IRModule({gv.name_hint: kernels[gv] for gv in rest})) if rest else {}
     for gv in kernels:
         mod.update_func(gv, tuned[gv] if gv in tuned else scheduled[gv.name_hint])
+    mod = bounded_plan.with_bounded_entry(mod)
     # TVM 0.27's LLVM codegen declares every function before it emits any, and emits them all
     # with the no-alias setting of the last one declared (by symbol). With a None dim that is
     # the VM's shape function, which has none: every kernel would lose `noalias`, and with it
