@@ -1,9 +1,10 @@
-"""Shared by the benchmark scripts: timing, the machine line, and table printing."""
+"""Shared by the benchmark scripts: timing, the machine line, table printing and the ratio chart."""
 from __future__ import annotations
 
 import os
 import platform
 import time
+from pathlib import Path
 
 import numpy as np
 
@@ -79,3 +80,24 @@ def markdown_table(rows: list[dict], columns: list[tuple[str, str]]) -> str:
             cells.append(format(value, fmt) if isinstance(value, (int, float)) and fmt else str(value))
         lines.append("| " + " | ".join(cells) + " |")
     return "\n".join(lines)
+
+
+def chart(bars: list[tuple[str, str, float]], path: Path, title: str = "tftvm vs TF, measured in one run") -> None:
+    """Horizontal bars of ratio to TF (log scale), one colour per series, 1.0 marked."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    series = sorted({s for _, s, _ in bars}, key=[s for _, s, _ in bars].index)
+    colours = dict(zip(series, plt.get_cmap("tab10").colors))
+    fig, ax = plt.subplots(figsize=(10, 0.28 * len(bars) + 1.5))
+    y = list(range(len(bars)))[::-1]
+    ax.barh(y, [r for _, _, r in bars], color=[colours[s] for _, s, _ in bars])
+    ax.set_yticks(y, [f"{label} [{s}]" for label, s, _ in bars], fontsize=7)
+    ax.set_xscale("log")
+    ax.axvline(1.0, color="black", linewidth=0.8)
+    ax.set_xlabel("time / TF time (log scale; < 1 is faster than TF)")
+    ax.set_title(title, fontsize=9)
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)

@@ -1,7 +1,7 @@
 """tftvm against its peers on CPU: TF, XLA, TF running tftvm's frozen graph, and OpenVINO.
 
     python benchmarks/peers.py [--models A,B] [--size S] [--batch 1,8] [--repeats N]
-                               [--precision bf16] [--markdown FILE]
+                               [--precision bf16] [--markdown FILE] [--chart FILE]
 
 Models (default all): ResNet50, MobileNetV2, EfficientNetB0, DenseNet121 and InceptionV3
 from keras.applications (random weights, trained-like batch-norm statistics, --size x --size
@@ -36,7 +36,9 @@ interleaved rounds, each the median of N//3 calls per way (after 3 warm-up calls
 median of the round medians (--repeats N, default 30), with its ratio to TF's. The first
 line printed is the machine and its CPU's vector and matrix flags; then a table per model
 and batch; at the end a summary (model x batch: TF ms and every way's ratio to TF), which
-`--markdown FILE` writes as Markdown. The numbers go to benchmarks/RESULTS.md, with their
+`--markdown FILE` writes as Markdown and `--chart FILE` draws as a PNG
+(common.chart: every way's ratio to TF per model and batch; needs matplotlib, in the
+`bench` extra). The numbers go to benchmarks/RESULTS.md, with their
 date, machine and command.
 """
 from __future__ import annotations
@@ -229,6 +231,7 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=30, help="calls per way, over 3 interleaved rounds")
     parser.add_argument("--precision", choices=["bf16"], help="also the tftvm paths with precision=bf16")
     parser.add_argument("--markdown", help="also write the summary as Markdown to this file")
+    parser.add_argument("--chart", help="also draw the summary's ratios to TF as a PNG to this file")
     parser.add_argument("--child", help=argparse.SUPPRESS)
     parser.add_argument("--result", help=argparse.SUPPRESS)
     args = parser.parse_args()
@@ -257,6 +260,16 @@ def main() -> None:
     print_table(summary, columns)
     if args.markdown:
         Path(args.markdown).write_text(markdown_table(summary, columns) + "\n")
+    if args.chart:
+        from common import chart
+
+        chart(chart_bars(summary, way_names[1:]), Path(args.chart), title=f"tftvm and its peers on {machine()}")
+
+
+def chart_bars(summary: list[dict], ways: list[str]) -> list[tuple[str, str, float]]:
+    """(model and batch, way, ratio to TF) for every way that ran, in the summary's order."""
+    return [(f"{row['model']} b{row['batch']}", way, row[f"{way}/TF"]) for row in summary for way in ways
+            if isinstance(row.get(f"{way}/TF"), (int, float))]  # fmt: skip
 
 
 if __name__ == "__main__":

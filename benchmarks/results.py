@@ -28,31 +28,10 @@ os.environ.setdefault("TFTVM_CACHE_DIR", tempfile.mkdtemp(prefix="tftvm-results-
 import attention  # noqa: E402
 import optimize  # noqa: E402
 import overhead  # noqa: E402
-from common import machine, markdown_table  # noqa: E402
+from common import chart, machine, markdown_table  # noqa: E402
 
 HERE = Path(__file__).parent
 OVERHEAD_COLUMNS = [("case", ""), ("TF µs", ".1f"), ("tftvm µs", ".1f"), ("tftvm/TF", ".2f")]
-
-
-def chart(bars: list[tuple[str, str, float]], path: Path) -> None:
-    """Horizontal bars of ratio to TF (log scale), one colour per series, 1.0 marked."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    series = sorted({s for _, s, _ in bars}, key=[s for _, s, _ in bars].index)
-    colours = dict(zip(series, plt.get_cmap("tab10").colors))
-    fig, ax = plt.subplots(figsize=(10, 0.28 * len(bars) + 1.5))
-    y = list(range(len(bars)))[::-1]
-    ax.barh(y, [r for _, _, r in bars], color=[colours[s] for _, s, _ in bars])
-    ax.set_yticks(y, [f"{label} [{s}]" for label, s, _ in bars], fontsize=7)
-    ax.set_xscale("log")
-    ax.axvline(1.0, color="black", linewidth=0.8)
-    ax.set_xlabel("time / TF time (log scale; < 1 is faster than TF)")
-    ax.set_title("tftvm vs TF, measured in one run")
-    fig.tight_layout()
-    fig.savefig(path, dpi=120)
 
 
 BEGIN = "<!-- results.py: begin (benchmarks/results.py rewrites what is between these lines) -->"
