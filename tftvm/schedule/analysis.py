@@ -104,17 +104,23 @@ def iterations(sch, loops) -> int:
     return total
 
 
+def input_reads(stmt) -> list:
+    """The block's read regions of buffers other than the one it writes (a reduction reads
+    its own output)."""
+    written = [w.source for w in stmt.writes]
+    return [read for read in stmt.reads if not any(read.source.same_as(b) for b in written)]
+
+
 def read_bytes(stmt) -> int:
     """The bytes of the buffers the block reads (not the one it writes), symbolic dims counted
     as TYPICAL_DIM."""
     import tvm_ffi
     from tvm import tirx
 
-    output = stmt.writes[0].source if len(stmt.writes) == 1 else None
     total, seen = 0, []
-    for read in stmt.reads:
+    for read in input_reads(stmt):
         buffer = read.source
-        if (output is not None and buffer.same_as(output)) or any(buffer.same_as(b) for b in seen):
+        if any(buffer.same_as(b) for b in seen):
             continue
         seen.append(buffer)
         elements = 1

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import logging
 
-from ..analysis import columns_contiguous, one_reduction, static_rows, uses
+from ..analysis import columns_contiguous, input_reads, one_reduction, static_rows, uses
 from ..rule import BlockRule
 from ..vectorize import vectorize_by_registers
 from .transpose import transpose_copy
@@ -46,9 +46,8 @@ def rows_b_does_not_index(sch, block, stmt, loops, spatial) -> list:
     from tvm import tirx
 
     iter_vars = [iv.var for iv in stmt.iter_vars]
-    column, output = iter_vars[spatial - 1], stmt.writes[0].source
-    b_regions = [read.region for read in stmt.reads if not read.source.same_as(output)
-                 and any(uses(r.min, column) for r in read.region)]  # fmt: skip
+    column = iter_vars[spatial - 1]
+    b_regions = [read.region for read in input_reads(stmt) if any(uses(r.min, column) for r in read.region)]
 
     def indexed_by_b(var) -> bool:
         return any(uses(r.min, var) for region in b_regions for r in region)
@@ -224,9 +223,7 @@ def rows_share_an_operand(stmt, spatial) -> bool:
     mean(x[n, h, w, c]) over h and w, has none: padding its batch of 1 to a tile's 8 rows
     would copy and sum 8 images."""
     row = stmt.iter_vars[spatial - 2].var
-    output = stmt.writes[0].source
-    return any(not read.source.same_as(output) and not any(uses(r.min, row) for r in read.region)
-               for read in stmt.reads)  # fmt: skip
+    return any(not any(uses(r.min, row) for r in read.region) for read in input_reads(stmt))
 
 
 def inline_epilogue(sch, write_back) -> None:
