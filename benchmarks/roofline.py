@@ -12,10 +12,11 @@ exp's polynomial included). The yardstick is measured in the same run: the best 
 of a 2048^3 float32 matmul in TF (oneDNN's sgemm) over all cores; the clock and FMA
 width of a shared cloud CPU are not known, so no theoretical peak is claimed, and a
 kernel may pass the yardstick (100+%). The table lists the kernels that take the most
-time: their share, GFLOP/s and % of the sgemm rate; then the whole model's, on
-TVM (a VM without the hook: the hook runs Python between kernels, long enough for TVM's
-threads to go idle, so a small kernel's time in the table includes waking them) and on TF (the Keras model in `tf.function`, the same FLOP count): a model that TF
-already runs near the sgemm rate leaves TVM little room to be faster.
+time: their share, GFLOP/s and % of the sgemm rate; then the whole model's, on TVM (a VM
+without the hook: the hook runs Python between kernels, long enough for TVM's threads to go
+idle, so a small kernel's time in the table includes waking them) and on TF (the Keras
+model in `tf.function`, the same FLOP count): a model that TF already runs near the sgemm
+rate leaves TVM little room to be faster.
 """
 from __future__ import annotations
 
