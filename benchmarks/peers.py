@@ -14,7 +14,10 @@ Ways, each built once per model and called on the same inputs: "TF"
 (`tf.function(model)`), "XLA" (`jit_compile=True`), "TF frozen" (tftvm's frozen,
 constant-folded graph run by TF), "tftvm optimize", "tftvm compile_model" (default CPU
 schedules, no tuning), with `--precision bf16` also both tftvm paths with
-`precision="bf16"`, and "OpenVINO f32" /
+`precision="bf16"` (and, on a CPU with both AMX and AVX512-BF16, "tftvm compile_model bf16
+avx512": the target told the CPU has no AMX, so the products run on the kernels that Zen 4
+and Cooper Lake get, its safety net off so that the row times those kernels), and
+"OpenVINO f32" /
 "OpenVINO bf16": the Keras 3 SavedModel export (`model.export`) through
 `openvino.convert_model`, compiled for "CPU" with PERFORMANCE_HINT LATENCY and
 INFERENCE_PRECISION_HINT f32 or bf16, its batch left dynamic as exported (as tftvm's).
@@ -71,11 +74,26 @@ def ways(precision: str | None) -> tuple[list[str], list[str]]:
     notes = []
     if precision == "bf16":
         names += ["tftvm optimize bf16", "tftvm compile_model bf16"]
+        if amx_and_avx512_bf16():
+            names += ["tftvm compile_model bf16 avx512"]
     if importlib.util.find_spec("openvino") is not None:
         names += ["OpenVINO f32", "OpenVINO bf16"]
     else:
         notes.append("OpenVINO rows skipped: openvino is not importable (pip install openvino)")
     return names, notes
+
+
+def amx_and_avx512_bf16() -> bool:
+    from tftvm.cpu import features
+
+    return features.amx_bf16(None) and features.avx512_bf16(None)
+
+
+def without_amx() -> dict:
+    """This CPU's target with AMX masked off: bf16 products go to the AVX512-BF16 kernels."""
+    from tvm.target import codegen
+
+    return {"kind": "llvm", "mcpu": codegen.llvm_get_system_cpu(), "mattr": ["-amx-tile", "-amx-bf16", "-amx-int8"]}
 
 
 @functools.lru_cache(maxsize=1)
@@ -125,8 +143,10 @@ def build(way: str, model, signature):
         return zoo.frozen_in_tf(model, signature)
     if way.startswith("OpenVINO "):
         return OpenVINO(model, way.split()[1])
-    path, *precision = way.split()[1:]  # "tftvm optimize", "tftvm compile_model bf16"
-    return getattr(tftvm, path)(model, signature, **({"precision": precision[0]} if precision else {}))
+    path, *options = way.split()[1:]  # "tftvm optimize", "tftvm compile_model bf16 [avx512]"
+    kwargs = {"precision": options[0]} if options else {}
+    kwargs.update({"target": without_amx(), "keep_faster": False} if options[1:] == ["avx512"] else {})
+    return getattr(tftvm, path)(model, signature, **kwargs)
 
 
 def error(err: Exception) -> str:

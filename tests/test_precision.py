@@ -1,6 +1,6 @@
-"""precision="bf16": matmuls and 1x1 convs in bf16 on AMX tiles with f32 accumulation, checked
-against TF in f32 on every path; on a CPU without the units (or a target without them) they
-stay f32 and match TF as closely as ever."""
+"""precision="bf16": matmuls and convs in bf16 with f32 accumulation, on AMX tiles or else on
+AVX512-BF16's VDPBF16PS, checked against TF in f32 on every path; on a CPU without the units
+(or a target without them) they stay f32 and match TF as closely as ever."""
 import re
 
 import keras
@@ -10,14 +10,22 @@ import pytest
 import tensorflow as tf
 import tftvm
 from tftvm import enable_pass
-from tftvm.cpu import amx, features
+from tftvm.cpu import amx, avx512_bf16, features, vnni_layout
+from tftvm.cpu.post_ops import PostOps
 from tftvm.graph.lowering.precision import PrecisionReport
+from tvm.target import codegen
 
 from conftest import run_python
 
 AMX = features.amx_bf16(None)
 needs_amx = pytest.mark.skipif(not AMX, reason="this CPU has no AMX-BF16 tiles")
+AVX512_BF16 = features.avx512_bf16(None)
+needs_avx512_bf16 = pytest.mark.skipif(not AVX512_BF16, reason="this CPU has no AVX512-BF16")
+UNITS = [pytest.param(amx, marks=needs_amx, id="amx"),
+         pytest.param(avx512_bf16, marks=needs_avx512_bf16, id="avx512_bf16")]  # fmt: skip
 NO_BF16_UNITS = {"kind": "llvm", "mcpu": "znver3"}  # AVX2 only: runs on any x86-64 CPU these tests meet
+# this CPU as one without AMX (Zen 4, Cooper Lake): where it has AVX512-BF16, bf16 runs on that
+WITHOUT_AMX = {"kind": "llvm", "mcpu": codegen.llvm_get_system_cpu(), "mattr": ["-amx-tile", "-amx-bf16", "-amx-int8"]}
 BF16_RTOL = 2e-2  # the issue's bound for bf16 products against f32
 
 
@@ -30,41 +38,41 @@ def _relative(want, got) -> float:
     return float(np.max(np.abs(want - got)) / np.max(np.abs(want)))
 
 
-@needs_amx
-@pytest.mark.parametrize("rows", [1, 15, 16, 17, 32, 33, 70])
-def test_the_amx_kernel_is_an_f32_accumulated_product_of_bf16_inputs_at_any_row_count(rng, rows):
+@pytest.mark.parametrize("unit", UNITS)
+@pytest.mark.parametrize("rows", [1, 13, 15, 16, 17, 32, 33, 70])
+def test_the_matmul_kernels_are_f32_accumulated_products_of_bf16_inputs_at_any_row_count(rng, unit, rows):
     k, n = 96, 64
     a = _bf16(rng.standard_normal((rows, k)))
     b = _bf16(rng.standard_normal((k, n)))
     packed = b.reshape(k // 2, 2, n // 16, 16).transpose(2, 0, 3, 1).copy()
-    assert packed.shape == amx.packed_shape(k, n)
-    kernel = tftvm.op(amx.matmul_bf16(k, n))  # one kernel for every row count: m is symbolic
+    assert packed.shape == vnni_layout.packed_shape(k, n)
+    kernel = tftvm.op(unit.matmul_bf16(k, n))  # one kernel for every row count: m is symbolic
     got = kernel(tf.constant(a), tf.constant(packed)).numpy()
     want = a.astype(np.float64) @ b.astype(np.float64)  # exact products of the bf16 values
     np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-4 * np.abs(want).max())
 
 
-@needs_amx
+@pytest.mark.parametrize("unit", UNITS)
 @pytest.mark.parametrize("case", [(9, 9, 64, 64, 3, 1, 1), (8, 8, 32, 96, 3, 2, 1), (7, 7, 64, 32, 1, 2, 1),
                                   (10, 6, 32, 64, 3, 1, 2), (7, 7, 32, 32, 3, 1, 1), (9, 38, 32, 32, 3, 1, 1)],
                          ids=["3x3", "3x3-stride2", "1x1-stride2", "3x3-dilated", "7x7-image",
                               "rows-of-16-then-4-pixels"])  # fmt: skip
-def test_the_amx_conv_kernel_matches_tf_on_bf16_inputs(rng, case):
+def test_the_conv_kernels_match_tf_on_bf16_inputs(rng, unit, case):
     height, width, c, o, window, stride, dilation = case
     x = _bf16(rng.standard_normal((2, height, width, c)))
     w = _bf16(rng.standard_normal((window, window, c, o)))
     packed = w.reshape(window, window, c // 2, 2, o // 16, 16).transpose(4, 0, 1, 2, 5, 3).copy()
-    assert packed.shape == amx.conv_packed_shape(window, window, c, o)
-    kernel = tftvm.op(amx.conv2d_bf16(height, width, c, o, (window, window), (stride, stride), (dilation, dilation)))
+    assert packed.shape == vnni_layout.conv_packed_shape(window, window, c, o)
+    kernel = tftvm.op(unit.conv2d_bf16(height, width, c, o, (window, window), (stride, stride), (dilation, dilation)))
     got = kernel(tf.constant(x), tf.constant(packed)).numpy()
     want = tf.nn.conv2d(x.astype(np.float32), w.astype(np.float32), stride, "VALID", dilations=dilation).numpy()
     np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5 * np.abs(want).max())
 
 
-@needs_amx
-@pytest.mark.parametrize("post", [amx.PostOps(), amx.PostOps(residual=True, activation="relu"),
-                                  amx.PostOps(activation="relu6")], ids=lambda p: p.name())  # fmt: skip
-def test_post_ops_are_applied_as_the_kernels_write_their_results(rng, post):
+@pytest.mark.parametrize("unit", UNITS)
+@pytest.mark.parametrize("post", [PostOps(), PostOps(residual=True, activation="relu"), PostOps(activation="relu6")],
+                         ids=lambda p: p.name())  # fmt: skip
+def test_post_ops_are_applied_as_the_kernels_write_their_results(rng, unit, post):
     k, n, rows = 64, 64, 37
     a, b = _bf16(rng.standard_normal((rows, k))), _bf16(rng.standard_normal((k, n)))
     bias, residual = rng.standard_normal(n).astype(np.float32), 4 * rng.standard_normal((rows, n)).astype(np.float32)
@@ -72,10 +80,10 @@ def test_post_ops_are_applied_as_the_kernels_write_their_results(rng, post):
     want = a.astype(np.float64) @ b.astype(np.float64) + bias + (residual if post.residual else 0)
     want = {None: want, "relu": np.maximum(want, 0), "relu6": np.clip(want, 0, 6)}[post.activation]
     inputs = [tf.constant(a), tf.constant(packed), tf.constant(bias)] + ([tf.constant(residual)] if post.residual else [])
-    got = tftvm.op(amx.matmul_bf16(k, n, post))(*inputs).numpy()
+    got = tftvm.op(unit.matmul_bf16(k, n, post))(*inputs).numpy()
     np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5 * np.abs(want).max())
     # the conv kernel: the same post-ops on [1, rows, 1, n] as a 1x1 conv's output
-    conv = tftvm.op(amx.conv2d_bf16(rows, 1, k, n, (1, 1), (1, 1), (1, 1), post))
+    conv = tftvm.op(unit.conv2d_bf16(rows, 1, k, n, (1, 1), (1, 1), (1, 1), post))
     images = [tf.reshape(inputs[0], [1, rows, 1, k]), tf.constant(packed[:, None, None]), inputs[2]]
     images += [tf.reshape(inputs[3], [1, rows, 1, n])] if post.residual else []
     got = conv(*images).numpy().reshape(rows, n)
@@ -107,10 +115,10 @@ def _inputs(rng, batch=3):
              rng.standard_normal((batch, 9, 9, 3)).astype(np.float32)]]  # fmt: skip
 
 
-def _check_bf16(want, got, report: PrecisionReport):
+def _check_bf16(want, got, report: PrecisionReport, units: str = "AMX-BF16" if AMX else ""):
     errors = [_relative(w, g) for w, g in zip(want, got)]
-    if AMX:
-        assert report.units == "AMX-BF16" and (report.in_bf16, report.products, report.post_ops) == (5, 6, 3), report.text()
+    if units:
+        assert report.units == units and (report.in_bf16, report.products, report.post_ops) == (5, 6, 3), report.text()
         assert max(errors) <= BF16_RTOL
         assert min(errors) > 1e-5, "every output went through a bf16 product: its rounding shows"
     else:
@@ -145,14 +153,17 @@ def test_enable_takes_the_precision_option(rng):
     assert tuple(map(sum, zip(*counts))) == ((5, 6, 3) if AMX else ()), rewrite.report
 
 
-def test_a_target_without_bf16_units_keeps_f32_and_says_so(rng):
+@pytest.mark.parametrize("target, units", [
+    pytest.param(WITHOUT_AMX, "AVX512-BF16", marks=needs_avx512_bf16, id="avx512_bf16-without-amx"),
+    pytest.param(NO_BF16_UNITS, "", id="no-bf16-units")])  # fmt: skip
+def test_a_target_without_amx_runs_the_products_on_the_unit_it_has_and_says_so(rng, target, units):
     model, signature = _dense_and_conv_model()
     inputs = _inputs(rng)
     want = [t.numpy() for t in model(*inputs)]
-    compiled = tftvm.compile_model(model, signature, precision="bf16", target=NO_BF16_UNITS, keep_faster=False)
+    compiled = tftvm.compile_model(model, signature, precision="bf16", target=target, keep_faster=False)
     got = [np.asarray(t) for t in compiled(*inputs)]
-    assert max(_relative(w, g) for w, g in zip(want, got)) <= 1e-5
-    assert compiled.precision.units == "" and "no bf16 matrix unit" in compiled.report()
+    _check_bf16(want, got, compiled.precision, units=units)
+    assert ("bf16 on AVX512-BF16: 5 of 6" if units else "no bf16 instructions") in compiled.report()
 
 
 @pytest.mark.parametrize("entry", [tftvm.optimize, tftvm.compile_model, tftvm.enable])

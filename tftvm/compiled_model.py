@@ -378,8 +378,9 @@ def compile_model(model, input_signature, *, fallback: str = "tf", target=None, 
     a list whose items each give one shape per flat input (for a one-input model, just
     its shape), e.g. `[(1, 224, 224, 3)]`; calls with exactly those shapes run it. Static
     kernels are faster than symbolic ones, and only they can be tuned.
-    `precision="bf16"`: matmuls and 1x1 convs take bf16 inputs with f32 accumulation, on the
-    CPU's AMX units where it has them (else they stay f32); `report()` says which ran.
+    `precision="bf16"`: matmuls and convs take bf16 inputs with f32 accumulation, on the
+    CPU's AMX tiles or else its AVX512-BF16 instructions where it has them (else they stay
+    f32); `report()` says which ran.
     """
     from .kernel import resolve_target
 

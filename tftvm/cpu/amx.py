@@ -3,7 +3,7 @@
 AMX multiplies a 16 x 32 bf16 tile of A by a 32 x 16 tile of B into a 16 x 16 f32 tile of C
 in one instruction (TDPBF16PS), which reads B in the "VNNI" order: row r of the B tile holds
 the pairs B[2r, j], B[2r + 1, j] for j in 0..15. So B is packed once, as
-[n / 16, k / 2, 16, 2] (`packed_shape`), and each 32 x 16 B tile is 1 KB of contiguous
+[n / 16, k / 2, 16, 2] (vnni_layout.py), and each 32 x 16 B tile is 1 KB of contiguous
 memory; A and C are read and written in place, row-major, with their row strides.
 
 Each parallel task holds a 32 x 32 block of C in four tile registers (two A tiles times two
@@ -17,68 +17,17 @@ releases the tiles when done.
 """
 from __future__ import annotations
 
-import dataclasses
+from .post_ops import PostOps, without_params
+from .vnni_layout import COLUMN_BLOCK
 
 K_STEP = 32  # bf16 values of k per tile (64 bytes a row)
 ROW_BLOCK = 32  # two 16-row tiles of A and C
-COLUMN_BLOCK = 32  # two 16-column tiles of B and C
 ROW_CHUNK = 8  # row blocks a parallel task runs one after another, under one tile configuration
-
-
-def packed_shape(k: int, n: int) -> tuple[int, int, int, int]:
-    """The shape of B [k, n] packed for `matmul_bf16`."""
-    return (n // 16, k // 2, 16, 2)
 
 
 def supports(k: int, n: int) -> bool:
     """Can `matmul_bf16` take a reduction of `k` and `n` columns (n padded to COLUMN_BLOCK)?"""
     return k % K_STEP == 0 and k > 0 and n > 0
-
-
-def padded_columns(n: int) -> int:
-    return -(-n // COLUMN_BLOCK) * COLUMN_BLOCK
-
-
-ACTIVATIONS = (None, "relu", "relu6")
-
-
-@dataclasses.dataclass(frozen=True)
-class PostOps:
-    """What a kernel applies to each 32 x 32 block of results as it writes them, while they
-    are in cache (oneDNN's post-ops): + bias[column], then + residual[same element] where
-    `residual`, then `activation`. The kernel then takes `bias` ([n] f32) and, with `residual`,
-    a tensor of its output's shape after the packed weights."""
-
-    residual: bool = False
-    activation: str | None = None
-
-    def __post_init__(self):
-        if self.activation not in ACTIVATIONS:
-            raise ValueError(f"activation must be one of {ACTIVATIONS}, got {self.activation!r}")
-
-    def name(self) -> str:
-        return "_bias" + ("_residual" if self.residual else "") + (f"_{self.activation}" if self.activation else "")
-
-    def apply(self, value, bias, residual, index: tuple):
-        """The result written for accumulator `value` at output `index` (TIR expressions)."""
-        from tvm.script import tirx as T
-
-        value = value + bias[index[-1]]
-        if self.residual:
-            value = value + residual[index]
-        if self.activation == "relu":
-            value = T.max(value, T.float32(0))
-        elif self.activation == "relu6":
-            value = T.min(T.max(value, T.float32(0)), T.float32(6))
-        return value
-
-
-def _without_unused(func, names: list[str]):
-    """`func` without the params named `names` (declared for every variant, read by none here)."""
-    from tvm import tirx
-
-    keep = [p for p in func.params if p.name not in names]
-    return tirx.PrimFunc(keep, func.body, func.ret_type, func.attrs)
 
 
 def _tiles():
@@ -164,15 +113,15 @@ def matmul_bf16(k: int, n: int, post: PostOps | None = None):
         row_blocks = (m + ROW_BLOCK - 1) // ROW_BLOCK
         row_chunks = (row_blocks + ROW_CHUNK - 1) // ROW_CHUNK
         for task in T.parallel(row_chunks * column_blocks):
-            config = T.decl_buffer((64,), "uint8", scope="local")
+            config = T.decl_buffer((64,), "uint8")  # global scope: on the stack (cpu/avx512_bf16.py)
             acc = T.decl_buffer((ROW_BLOCK, COLUMN_BLOCK), "float32", scope="local")
-            cb = task // row_chunks
-            col = cb * COLUMN_BLOCK
-            first = task % row_chunks * ROW_CHUNK
+            cb = T.meta_var(task // row_chunks)
+            col = T.meta_var(cb * COLUMN_BLOCK)
+            first = T.meta_var(task % row_chunks * ROW_CHUNK)
             for block in range(T.min(row_blocks - first, T.int64(ROW_CHUNK))):
-                row = (first + block) * ROW_BLOCK
-                upper = T.min(m - row, T.int64(16))  # rows of the upper A and C tiles
-                lower = T.min(m - row - upper, T.int64(16))  # of the lower ones: 0 where there are none
+                row = T.meta_var((first + block) * ROW_BLOCK)
+                upper = T.meta_var(T.min(m - row, T.int64(16)))  # rows of the upper A and C tiles
+                lower = T.meta_var(T.min(m - row - upper, T.int64(16)))  # of the lower ones: 0 where there are none
                 if block == 0 or lower < 16:  # a task's first block, and a last one of fewer rows
                     configure(config, upper, lower)
                 if lower > 0:
@@ -208,18 +157,12 @@ def matmul_bf16(k: int, n: int, post: PostOps | None = None):
             release()
 
     unused = ["Bias", "R"] if not fused else [] if post.residual else ["R"]
-    return _without_unused(amx_matmul_bf16, unused)
-
-
-def conv_packed_shape(kh: int, kw: int, c: int, o: int) -> tuple:
-    """The shape of HWIO conv weights [kh, kw, c, o] packed for `conv2d_bf16`: per window
-    position, the [c, o] matrix packed as for `matmul_bf16`."""
-    return (o // 16, kh, kw, c // 2, 16, 2)
+    return without_params(amx_matmul_bf16, unused)
 
 
 def conv2d_bf16(height: int, width: int, c: int, o: int, window, strides, dilation, post: PostOps | None = None):
     """The PrimFunc (X [n, height, width, c] bf16, already padded; W packed as
-    `conv_packed_shape`; [bias [o] f32, [residual [n, out_h, out_w, o] f32,]] Y [n, out_h,
+    vnni_layout.conv_packed_shape; [bias [o] f32, [residual [n, out_h, out_w, o] f32,]] Y [n, out_h,
     out_w, o] f32), n symbolic; `c` a multiple of K_STEP, `o` of COLUMN_BLOCK; `post` as for
     `matmul_bf16`. A's tile rows are 16 neighbouring output pixels of one output row, whose
     inputs lie a constant stride apart for every window position; its two A tiles are two
@@ -250,17 +193,17 @@ def conv2d_bf16(height: int, width: int, c: int, o: int, window, strides, dilati
         Y = T.match_buffer(y, (n, out_h, out_w, o), "float32")
         spatial_chunks = (per_image + ROW_CHUNK - 1) // ROW_CHUNK
         for task in T.parallel(channel_blocks * n * spatial_chunks):
-            config = T.decl_buffer((64,), "uint8", scope="local")
+            config = T.decl_buffer((64,), "uint8")  # global scope: on the stack (cpu/avx512_bf16.py)
             acc = T.decl_buffer((ROW_BLOCK, COLUMN_BLOCK), "float32", scope="local")
-            cb = task // (n * spatial_chunks)  # channel blocks outermost: each block's weights stay in cache
-            image = task % (n * spatial_chunks) // spatial_chunks
-            first = task % spatial_chunks * ROW_CHUNK
-            out = cb * COLUMN_BLOCK
+            cb = T.meta_var(task // (n * spatial_chunks))  # channel blocks outermost: each block's weights stay in cache
+            image = T.meta_var(task % (n * spatial_chunks) // spatial_chunks)
+            first = T.meta_var(task % spatial_chunks * ROW_CHUNK)
+            out = T.meta_var(cb * COLUMN_BLOCK)
             for block in range(T.min(per_image - first, ROW_CHUNK)):
-                top = (first + block) // column_blocks * 2
-                left = (first + block) % column_blocks * 16
-                pixels = T.min(T.int64(out_w) - left, T.int64(16))
-                lower = T.if_then_else(top + 1 < out_h, pixels, T.int64(0))
+                top = T.meta_var((first + block) // column_blocks * 2)
+                left = T.meta_var((first + block) % column_blocks * 16)
+                pixels = T.meta_var(T.min(T.int64(out_w) - left, T.int64(16)))
+                lower = T.meta_var(T.if_then_else(top + 1 < out_h, pixels, T.int64(0)))
                 # A task's first block, and every block whose rows differ from the tiles' (a partial
                 # column block, the last row of an odd count, and the full block after either).
                 if block == 0 or config[48] != T.Cast("uint8", pixels) or config[50] != T.Cast("uint8", T.max(lower, 1)):
@@ -303,4 +246,4 @@ def conv2d_bf16(height: int, width: int, c: int, o: int, window, strides, dilati
             release()
 
     unused = ["Bias", "R"] if not fused else [] if post.residual else ["R"]
-    return _without_unused(amx_conv2d_bf16, unused)
+    return without_params(amx_conv2d_bf16, unused)

@@ -42,6 +42,12 @@ def amx_bf16(target) -> bool:
     return has_features(target, ["amx-tile", "amx-bf16"]) and request_amx()
 
 
+def avx512_bf16(target) -> bool:
+    """Can kernels for `target` use AVX512-BF16's VDPBF16PS (AMD Zen 4 and later, Intel Cooper
+    Lake and Sapphire Rapids and later)?"""
+    return has_features(target, ["avx512bf16"])
+
+
 @functools.cache
 def request_amx() -> bool:
     """Ask Linux for the AMX tile data state for this process; True once granted."""

@@ -90,8 +90,9 @@ def optimize(fn, input_signature=None, *, cache_size: int = 8, min_cluster_size:
     where it is faster; where that depends on the size, the graph switches between them
     per call by the size of the cluster's inputs. The report gives the times. The timings
     are cached with the kernels.
-    `precision="bf16"`: matmuls and 1x1 convs take bf16 inputs with f32 accumulation, on the
-    CPU's AMX units where it has them (else they stay f32); the report says which ran.
+    `precision="bf16"`: matmuls and convs take bf16 inputs with f32 accumulation, on the
+    CPU's AMX tiles or else its AVX512-BF16 instructions where it has them (else they stay
+    f32); the report says which ran.
     Without `input_signature`, each new input signature compiles a variant (LRU of
     `cache_size`); a second shape of the same pattern compiles a symbolic variant.
     """

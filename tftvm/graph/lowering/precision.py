@@ -1,15 +1,17 @@
 """precision="bf16": matmuls and convs in bf16 with f32 accumulation, on the CPU's matrix units.
 
-The rule: a product runs in bf16 only where the CPU has bf16 matrix instructions that a kernel
-here uses (AMX tiles: cpu.amx); elsewhere it stays f32, since bf16 values fed to f32 FMAs
-only add conversions. The products it takes: a matmul of f32 activations [..., k] by f32
-weights [k, n] (a Dense layer, a projection), and an NHWC conv of f32 weights without groups
-(a 1x1 conv of stride 1 without padding as the same matmul over pixels, others as a conv),
-with k (the input channels) a multiple of 32 and static image sizes. Its activations are
-rounded to bf16 as they enter (the cast fuses into the kernel that makes them; a conv's
-padding with it) and its weights once (a constant expression: Relax folds it, or
-LiftTransformParams lifts it out of the call when the weights are variables), packed in the
-order the tiles read. Results stay f32: the elementwise ops between products (bias,
+The rule: a product runs in bf16 only where the CPU has bf16 instructions that a kernel here
+uses: AMX tiles (cpu.amx, Intel Sapphire Rapids and later), else AVX512-BF16's VDPBF16PS
+(cpu.avx512_bf16, Zen 4 and Cooper Lake); elsewhere it stays f32, since bf16 values fed to
+f32 FMAs only add conversions. Both units read the same packed weights (cpu.vnni_layout).
+The products it takes: a matmul of f32 activations [..., k] by f32 weights [k, n] (a Dense
+layer, a projection), and an NHWC conv of f32 weights without groups (a 1x1 conv of stride 1
+without padding as the same matmul over pixels, others as a conv), with k (the input
+channels) a multiple of the unit's step (AMX: 32, AVX512-BF16: 2) and static image sizes.
+Its activations are rounded to bf16 as they enter (the cast fuses into the kernel that makes
+them; a conv's padding with it) and its weights once (a constant expression: Relax folds it,
+or LiftTransformParams lifts it out of the call when the weights are variables), packed in
+the order the tiles read. Results stay f32: the elementwise ops between products (bias,
 activations, norms, softmax) run in f32, as oneDNN's and OpenVINO's bf16 modes do, and the
 error is the rounding of the products' inputs.
 """
@@ -35,7 +37,7 @@ class PrecisionReport:
     """What a precision rewrite did: products moved to bf16 units, and those left in f32."""
 
     precision: str = "f32"
-    units: str = ""  # the instructions the bf16 products run on ("AMX-BF16"), "" where none
+    units: str = ""  # what the bf16 products run on ("AMX-BF16", "AVX512-BF16"), "" where none
     products: int = 0  # matmuls and convs seen
     in_bf16: int = 0  # of those, how many run in bf16
     post_ops: int = 0  # of those, how many write their results through their bias, residual add and activation
@@ -45,7 +47,7 @@ class PrecisionReport:
         if self.precision == "f32":
             return "precision: f32"
         if not self.units:
-            return "precision: bf16 asked, but this CPU has no bf16 matrix unit tftvm uses: f32"
+            return "precision: bf16 asked, but this CPU has no bf16 instructions tftvm uses: f32"
         text = f"precision: bf16 on {self.units}: {self.in_bf16} of {self.products} matmuls/convs"
         text += f", {self.post_ops} with their bias (and residual, activation) fused" if self.post_ops else ""
         reasons = sorted({why for _, why in self.left})
@@ -77,10 +79,11 @@ def to_bf16(mod, target=None, report: PrecisionReport | None = None, weights=())
 
     report = report if report is not None else PrecisionReport()
     report.precision = "bf16"
-    if not features.amx_bf16(target):
+    unit = _unit(target)
+    if unit is None:
         return mod
-    report.units = "AMX-BF16"
-    kernels = {}  # the AMX kernels added: name -> (GlobalVar, make(post ops) -> PrimFunc)
+    report.units = unit.name
+    kernels = {}  # the bf16 kernels added: name -> (GlobalVar, make(post ops) -> PrimFunc)
     static = weight_derived(mod["main"], weights)  # computed from constants and weight params alone
 
     @relax.expr_functor.mutator
@@ -91,7 +94,7 @@ def to_bf16(mod, target=None, report: PrecisionReport | None = None, weights=())
             if name not in ("relax.matmul", "relax.nn.conv2d"):
                 return call
             report.products += 1
-            plan = _matmul_plan(call) if name == "relax.matmul" else _conv_plan(call)
+            plan = _matmul_plan(call, unit) if name == "relax.matmul" else _conv_plan(call, unit)
             if not isinstance(plan, str) and not _is_weight(call.args[1], static):
                 plan = "weights computed at run time"
             if isinstance(plan, str):
@@ -111,11 +114,27 @@ def to_bf16(mod, target=None, report: PrecisionReport | None = None, weights=())
     return relax.transform.DeadCodeElimination()(_with_post_ops(out, dict(kernels.values()), report))
 
 
-def _matmul_plan(call):
-    """How a matmul runs on AMX (a function of the block builder and the kernels added), or
-    why it does not."""
-    from ...cpu import amx
+@dataclasses.dataclass(frozen=True)
+class _Unit:
+    name: str  # the instructions, as the report says them
+    prefix: str  # of its kernels' names
+    kernels: object  # the module with its matmul_bf16, conv2d_bf16, supports and K_STEP
 
+
+def _unit(target) -> _Unit | None:
+    """The bf16 unit kernels for `target` use: AMX where the CPU has it, else AVX512-BF16."""
+    from ...cpu import amx, avx512_bf16, features
+
+    if features.amx_bf16(target):
+        return _Unit("AMX-BF16", "amx", amx)
+    if features.avx512_bf16(target):
+        return _Unit("AVX512-BF16", "avx512", avx512_bf16)
+    return None
+
+
+def _matmul_plan(call, unit: _Unit):
+    """How a matmul runs on `unit` (a function of the block builder and the kernels added),
+    or why it does not."""
     x, w = call.args
     why = _f32_why(call, x, w)
     if why:
@@ -126,17 +145,15 @@ def _matmul_plan(call):
     if _static(w_dims) is None:
         return "weights of symbolic shape"
     k, n = _static(w_dims)
-    if not amx.supports(k, n):
-        return f"k = {k}, not a multiple of {amx.K_STEP}"
-    return lambda bb, kernels: _amx_matmul(bb, kernels, x, w, k, n, x_dims[:-1] + [n])
+    if not unit.kernels.supports(k, n):
+        return f"k = {k}, not a multiple of {unit.kernels.K_STEP}"
+    return lambda bb, kernels: _matmul_call(bb, kernels, unit, x, w, k, n, x_dims[:-1] + [n])
 
 
-def _conv_plan(call):
-    """How an NHWC conv runs on AMX: a 1x1 conv of stride 1 unpadded as a matmul over its
+def _conv_plan(call, unit: _Unit):
+    """How an NHWC conv runs on `unit`: a 1x1 conv of stride 1 unpadded as a matmul over its
     pixels, any other as a conv; or why it does not."""
     from tvm import relax
-
-    from ...cpu import amx
 
     x, w = call.args
     attrs = call.attrs
@@ -151,41 +168,43 @@ def _conv_plan(call):
     if w_dims is None or x_dims is None or _static(x_dims[1:]) is None:
         return "a conv of symbolic image or window size"
     kh, kw, k, n = w_dims
-    if not amx.supports(k, n):
-        return f"k = {k}, not a multiple of {amx.K_STEP}"
+    if not unit.kernels.supports(k, n):
+        return f"k = {k}, not a multiple of {unit.kernels.K_STEP}"
     strides, padding = [int(s) for s in attrs.strides], [int(p) for p in attrs.padding]
     if (kh, kw) == (1, 1) and strides == [1, 1] and padding == [0, 0, 0, 0]:
         out_dims = x_dims[:-1] + [n]
-        return lambda bb, kernels: _amx_matmul(bb, kernels, x, relax.op.reshape(w, [k, n]), k, n, out_dims)
+        return lambda bb, kernels: _matmul_call(bb, kernels, unit, x, relax.op.reshape(w, [k, n]), k, n, out_dims)
     dilation = [int(d) for d in attrs.dilation]
-    return lambda bb, kernels: _amx_conv(bb, kernels, x, w, (kh, kw, k, n), strides, padding, dilation)
+    return lambda bb, kernels: _conv_call(bb, kernels, unit, x, w, (kh, kw, k, n), strides, padding, dilation)
 
 
-def _amx_matmul(bb, kernels: dict, x, w, k: int, n: int, out_dims):
-    """x [..., k] · w [k, n] as the AMX kernel's call: x rounded to bf16 and seen as [rows, k],
-    w rounded, padded to whole column blocks and packed; the result [rows, n] f32 reshaped."""
+def _matmul_call(bb, kernels: dict, unit: _Unit, x, w, k: int, n: int, out_dims):
+    """x [..., k] · w [k, n] as `unit`'s matmul kernel's call: x rounded to bf16 and seen as
+    [rows, k], w rounded, padded to whole column blocks and packed; the result [rows, n] f32
+    reshaped."""
     from tvm import relax
 
-    from ...cpu import amx
+    from ...cpu import vnni_layout
 
     op, emit = relax.op, bb.emit
-    n_padded = amx.padded_columns(n)
+    n_padded = vnni_layout.padded_columns(n)
     rows = 1
     for d in out_dims[:-1]:
         rows = rows * d
     a = emit(op.reshape(op.astype(x, "bfloat16"), [rows, k]))
     packed = emit(_packed(w, [k, n], n_padded, [k // 2, 2, n_padded // 16, 16], [2, 0, 3, 1]))
-    kernel = _kernel(bb, kernels, f"amx_matmul_bf16_{k}x{n_padded}", lambda post: amx.matmul_bf16(k, n_padded, post))
+    kernel = _kernel(bb, kernels, f"{unit.prefix}_matmul_bf16_{k}x{n_padded}",
+                     lambda post: unit.kernels.matmul_bf16(k, n_padded, post))
     y = emit(relax.call_tir(kernel, [a, packed], relax.TensorType([rows, n_padded], "float32")))
     return op.reshape(_columns(bb, y, n, n_padded), out_dims)
 
 
-def _amx_conv(bb, kernels: dict, x, w, hwio, strides, padding, dilation):
-    """An NHWC conv as the AMX conv kernel's call: x rounded to bf16 and padded, w rounded,
+def _conv_call(bb, kernels: dict, unit: _Unit, x, w, hwio, strides, padding, dilation):
+    """An NHWC conv as `unit`'s conv kernel's call: x rounded to bf16 and padded, w rounded,
     padded to whole output-channel blocks and packed; the result f32."""
     from tvm import relax
 
-    from ...cpu import amx
+    from ...cpu import vnni_layout
 
     op, emit = relax.op, bb.emit
     kh, kw, k, n = hwio
@@ -196,11 +215,11 @@ def _amx_conv(bb, kernels: dict, x, w, hwio, strides, padding, dilation):
     if any(padding):
         a = op.nn.pad(a, [0, 0, top, bottom, left, right, 0, 0])
     a = emit(a)
-    n_padded = amx.padded_columns(n)
+    n_padded = vnni_layout.padded_columns(n)
     packed = emit(_packed(w, hwio, n_padded, [kh, kw, k // 2, 2, n_padded // 16, 16], [4, 0, 1, 2, 5, 3]))
-    name = f"amx_conv2d_bf16_{height}x{width}x{k}x{n_padded}_{kh}x{kw}_s{strides[0]}x{strides[1]}_d{dilation[0]}x{dilation[1]}"
+    name = f"{unit.prefix}_conv2d_bf16_{height}x{width}x{k}x{n_padded}_{kh}x{kw}_s{strides[0]}x{strides[1]}_d{dilation[0]}x{dilation[1]}"
     kernel = _kernel(bb, kernels, name,
-                     lambda post: amx.conv2d_bf16(height, width, k, n_padded, (kh, kw), strides, dilation, post))
+                     lambda post: unit.kernels.conv2d_bf16(height, width, k, n_padded, (kh, kw), strides, dilation, post))
     out_h = (height - (kh - 1) * dilation[0] - 1) // strides[0] + 1
     out_w = (width - (kw - 1) * dilation[1] - 1) // strides[1] + 1
     y = emit(relax.call_tir(kernel, [a, packed], relax.TensorType([batch, out_h, out_w, n_padded], "float32")))
@@ -228,17 +247,17 @@ def _kernel(bb, kernels: dict, name: str, make):
 
 
 def _with_post_ops(mod, makers: dict, report: PrecisionReport):
-    """`mod` with the bias add after an AMX product, and a residual add and a ReLU (or ReLU6)
+    """`mod` with the bias add after a bf16 product, and a residual add and a ReLU (or ReLU6)
     after that where there are, done by the product's kernel as it writes its results
-    (amx.PostOps): each would be a pass over the product's f32 output in memory. `makers`:
-    the AMX kernels' GlobalVars -> make(post ops). Each value between the product and the last
+    (cpu.post_ops): each would be a pass over the product's f32 output in memory. `makers`:
+    the bf16 kernels' GlobalVars -> make(post ops). Each value between the product and the last
     op taken must have no other reader; the bias is one value per output column; a padded
     product (its columns sliced) keeps its ops."""
     import tvm
     from tvm import relax
     from tvm.relax.dpl import is_op, rewrite_call, wildcard
 
-    from ...cpu import amx
+    from ...cpu.post_ops import PostOps
 
     added = {}  # kernel name -> GlobalVar
     mod = relax.transform.CanonicalizeBindings()(mod)  # no `lv1 = lv` between the ops
@@ -281,7 +300,7 @@ def _with_post_ops(mod, makers: dict, report: PrecisionReport):
                     return call
                 dims = list(out_ty.shape.values)
                 args.append(r if len(_shape(r)) == len(dims) else relax.op.reshape(r, dims))
-            post = amx.PostOps(residual=r is not None, activation=activation)
+            post = PostOps(residual=r is not None, activation=activation)
             name = gv.name_hint + post.name()
             if name not in added:
                 added[name] = builder.add_func(makers[gv](post).with_attr("global_symbol", name), name)
