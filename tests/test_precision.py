@@ -115,10 +115,10 @@ def _inputs(rng, batch=3):
              rng.standard_normal((batch, 9, 9, 3)).astype(np.float32)]]  # fmt: skip
 
 
-def _check_bf16(want, got, report: PrecisionReport, units: str = "AMX-BF16" if AMX else ""):
+def _check_bf16(want, got, report: PrecisionReport, units: str = "AMX-BF16" if AMX else "", counts=(5, 6, 3)):
     errors = [_relative(w, g) for w, g in zip(want, got)]
     if units:
-        assert report.units == units and (report.in_bf16, report.products, report.post_ops) == (5, 6, 3), report.text()
+        assert report.units == units and (report.in_bf16, report.products, report.post_ops) == counts, report.text()
         assert max(errors) <= BF16_RTOL
         assert min(errors) > 1e-5, "every output went through a bf16 product: its rounding shows"
     else:
@@ -157,13 +157,46 @@ def test_enable_takes_the_precision_option(rng):
     pytest.param(WITHOUT_AMX, "AVX512-BF16", marks=needs_avx512_bf16, id="avx512_bf16-without-amx"),
     pytest.param(NO_BF16_UNITS, "", id="no-bf16-units")])  # fmt: skip
 def test_a_target_without_amx_runs_the_products_on_the_unit_it_has_and_says_so(rng, target, units):
+    """AVX512-BF16 takes the 3-channel conv too (padded to 4 channels: AMX's 32 would be ten
+    times the work)."""
     model, signature = _dense_and_conv_model()
     inputs = _inputs(rng)
     want = [t.numpy() for t in model(*inputs)]
     compiled = tftvm.compile_model(model, signature, precision="bf16", target=target, keep_faster=False)
     got = [np.asarray(t) for t in compiled(*inputs)]
-    _check_bf16(want, got, compiled.precision, units=units)
-    assert ("bf16 on AVX512-BF16: 5 of 6" if units else "no bf16 instructions") in compiled.report()
+    _check_bf16(want, got, compiled.precision, units=units, counts=(6, 6, 3))
+    assert ("bf16 on AVX512-BF16: 6 of 6" if units else "no bf16 instructions") in compiled.report()
+
+
+def _padded_channels_model():
+    """Products whose k is no multiple of AMX's 32: a Dense layer of k = 40 (run at 64), a 3x3
+    SAME conv of 24 input channels (its image and channel padding one pad), a 1x1 conv of 48
+    (n = 10: its columns padded too), and a 3x3 conv of k = 10 (AMX: 32 would be over twice the
+    multiplies, so it stays f32; AVX512-BF16 runs it)."""
+    keras.utils.set_random_seed(0)
+    layers = keras.layers
+    tokens, image = keras.Input((12, 40)), keras.Input((8, 8, 24))
+    text = layers.Dense(32, bias_initializer="normal")(tokens)
+    c = layers.Conv2D(48, 3, padding="same", activation="relu", bias_initializer="normal")(image)
+    c = layers.Conv2D(10, 1, bias_initializer="normal")(c)
+    c = layers.Conv2D(32, 3, bias_initializer="normal")(c)
+    signature = [[tf.TensorSpec([None, 12, 40]), tf.TensorSpec([None, 8, 8, 24])]]
+    return keras.Model([tokens, image], [text, c]), signature
+
+
+@pytest.mark.skipif(not (AMX or AVX512_BF16), reason="this CPU has no bf16 instructions tftvm uses")
+def test_a_reduction_short_of_whole_steps_runs_padded_with_zeros(rng):
+    model, signature = _padded_channels_model()
+    inputs = [[rng.standard_normal((2, 12, 40)).astype(np.float32),
+               rng.standard_normal((2, 8, 8, 24)).astype(np.float32)]]  # fmt: skip
+    want = [t.numpy() for t in model(*inputs)]
+    compiled = tftvm.compile_model(model, signature, precision="bf16", keep_faster=False)
+    got = [np.asarray(t) for t in compiled(*inputs)]
+    report = compiled.precision
+    assert (report.in_bf16, report.products) == ((3, 4) if AMX else (4, 4)), report.text()
+    assert ("k = 10, under half of AMX-BF16's step of 32" in report.text()) == AMX
+    errors = [_relative(w, g) for w, g in zip(want, got)]
+    assert max(errors) <= BF16_RTOL and min(errors) > 1e-5, errors
 
 
 @pytest.mark.parametrize("entry", [tftvm.optimize, tftvm.compile_model, tftvm.enable])

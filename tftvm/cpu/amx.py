@@ -25,11 +25,6 @@ ROW_BLOCK = 32  # two 16-row tiles of A and C
 ROW_CHUNK = 8  # row blocks a parallel task runs one after another, under one tile configuration
 
 
-def supports(k: int, n: int) -> bool:
-    """Can `matmul_bf16` take a reduction of `k` and `n` columns (n padded to COLUMN_BLOCK)?"""
-    return k % K_STEP == 0 and k > 0 and n > 0
-
-
 def _tiles():
     """TVMScript macros shared by the kernels: the tile configuration, and the 2 x 2 and 1 x 2
     tile products over a k loop (A tiles 4, 5; B tiles 6, 7; C tiles 0, 1 and 2, 3)."""

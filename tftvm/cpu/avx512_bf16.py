@@ -42,11 +42,6 @@ define linkonce_odr <16 x float> @{_DOT}(<16 x float> %acc, <16 x i32> %a, <16 x
 """
 
 
-def supports(k: int, n: int) -> bool:
-    """Can the kernels take a reduction of `k` and `n` columns (n padded to COLUMN_BLOCK)?"""
-    return k % K_STEP == 0 and k > 0 and n > 0
-
-
 def _block(rows: int, reduction: int, a_offset, a_row_stride: int, post: PostOps | None):
     """A TVMScript macro computing a block of `rows` x 32 results and writing them through
     `post`. Its args: A and B as flat int32 buffers (a pair of bf16 values a lane), the bias,

@@ -7,13 +7,14 @@ f32 FMAs only add conversions. Both units read the same packed weights (cpu.vnni
 The products it takes: a matmul of f32 activations [..., k] by f32 weights [k, n] (a Dense
 layer, a projection), and an NHWC conv of f32 weights without groups (a 1x1 conv of stride 1
 without padding as the same matmul over pixels, others as a conv), with k (the input
-channels) a multiple of the unit's step (AMX: 32, AVX512-BF16: 2) and static image sizes.
-Its activations are rounded to bf16 as they enter (the cast fuses into the kernel that makes
-them; a conv's padding with it) and its weights once (a constant expression: Relax folds it,
-or LiftTransformParams lifts it out of the call when the weights are variables), packed in
-the order the tiles read. Results stay f32: the elementwise ops between products (bias,
-activations, norms, softmax) run in f32, as oneDNN's and OpenVINO's bf16 modes do, and the
-error is the rounding of the products' inputs.
+channels) padded with zeros to the unit's step (AMX: 32, AVX512-BF16: 2) where that at most
+doubles the multiplies (`_reduction`), and static image sizes. Its activations are rounded
+to bf16 as they enter (the cast fuses into the kernel that makes them; a conv's padding with
+it) and its weights once (a constant expression: Relax folds it, or LiftTransformParams
+lifts it out of the call when the weights are variables), packed in the order the tiles
+read. Results stay f32: the elementwise ops between products (bias, activations, norms,
+softmax) run in f32, as oneDNN's and OpenVINO's bf16 modes do, and the error is the rounding
+of the products' inputs.
 """
 from __future__ import annotations
 
@@ -118,7 +119,7 @@ def to_bf16(mod, target=None, report: PrecisionReport | None = None, weights=())
 class _Unit:
     name: str  # the instructions, as the report says them
     prefix: str  # of its kernels' names
-    kernels: object  # the module with its matmul_bf16, conv2d_bf16, supports and K_STEP
+    kernels: object  # the module with its matmul_bf16, conv2d_bf16 and K_STEP
 
 
 def _unit(target) -> _Unit | None:
@@ -145,9 +146,10 @@ def _matmul_plan(call, unit: _Unit):
     if _static(w_dims) is None:
         return "weights of symbolic shape"
     k, n = _static(w_dims)
-    if not unit.kernels.supports(k, n):
-        return f"k = {k}, not a multiple of {unit.kernels.K_STEP}"
-    return lambda bb, kernels: _matmul_call(bb, kernels, unit, x, w, k, n, x_dims[:-1] + [n])
+    k_run = _reduction(k, unit)
+    if isinstance(k_run, str):
+        return k_run
+    return lambda bb, kernels: _matmul_call(bb, kernels, unit, x, w, (k, k_run), n, x_dims[:-1] + [n])
 
 
 def _conv_plan(call, unit: _Unit):
@@ -168,40 +170,57 @@ def _conv_plan(call, unit: _Unit):
     if w_dims is None or x_dims is None or _static(x_dims[1:]) is None:
         return "a conv of symbolic image or window size"
     kh, kw, k, n = w_dims
-    if not unit.kernels.supports(k, n):
-        return f"k = {k}, not a multiple of {unit.kernels.K_STEP}"
+    k_run = _reduction(k, unit)
+    if isinstance(k_run, str):
+        return k_run
     strides, padding = [int(s) for s in attrs.strides], [int(p) for p in attrs.padding]
     if (kh, kw) == (1, 1) and strides == [1, 1] and padding == [0, 0, 0, 0]:
         out_dims = x_dims[:-1] + [n]
-        return lambda bb, kernels: _matmul_call(bb, kernels, unit, x, relax.op.reshape(w, [k, n]), k, n, out_dims)
+        w = relax.op.reshape(w, [k, n])
+        return lambda bb, kernels: _matmul_call(bb, kernels, unit, x, w, (k, k_run), n, out_dims)
     dilation = [int(d) for d in attrs.dilation]
-    return lambda bb, kernels: _conv_call(bb, kernels, unit, x, w, (kh, kw, k, n), strides, padding, dilation)
+    return lambda bb, kernels: _conv_call(bb, kernels, unit, x, w, (kh, kw, k, n), k_run, strides, padding, dilation)
 
 
-def _matmul_call(bb, kernels: dict, unit: _Unit, x, w, k: int, n: int, out_dims):
-    """x [..., k] · w [k, n] as `unit`'s matmul kernel's call: x rounded to bf16 and seen as
-    [rows, k], w rounded, padded to whole column blocks and packed; the result [rows, n] f32
-    reshaped."""
+def _reduction(k: int, unit: _Unit) -> int | str:
+    """The k that `unit`'s kernels run a product of k at: k, or k padded with zeros (in the
+    activations and the weights) to whole steps of the unit, where that at most doubles the
+    multiplies (AMX: 48 -> 64, 144 -> 160, 16 -> 32; not 8 -> 32: an f32 product of 8 terms
+    is cheap); else why the product stays f32."""
+    step = unit.kernels.K_STEP
+    k_run = -(-k // step) * step
+    return k_run if k_run <= 2 * k else f"k = {k}, under half of {unit.name}'s step of {step}"
+
+
+def _matmul_call(bb, kernels: dict, unit: _Unit, x, w, ks: tuple, n: int, out_dims):
+    """x [..., k] · w [k, n] as `unit`'s matmul kernel's call: x rounded to bf16, padded to
+    `k_run` (ks = (k, k_run)) and seen as [rows, k_run], w rounded, padded to k_run rows and
+    whole column blocks and packed; the result [rows, n] f32 reshaped."""
     from tvm import relax
 
     from ...cpu import vnni_layout
 
     op, emit = relax.op, bb.emit
+    k, k_run = ks
     n_padded = vnni_layout.padded_columns(n)
     rows = 1
     for d in out_dims[:-1]:
         rows = rows * d
-    a = emit(op.reshape(op.astype(x, "bfloat16"), [rows, k]))
-    packed = emit(_packed(w, [k, n], n_padded, [k // 2, 2, n_padded // 16, 16], [2, 0, 3, 1]))
-    kernel = _kernel(bb, kernels, f"{unit.prefix}_matmul_bf16_{k}x{n_padded}",
-                     lambda post: unit.kernels.matmul_bf16(k, n_padded, post))
+    a = op.astype(x, "bfloat16")
+    if k_run != k:
+        a = op.nn.pad(a, [0, 0] * (len(out_dims) - 1) + [0, k_run - k])
+    a = emit(op.reshape(a, [rows, k_run]))
+    packed = emit(_packed(w, [k, n], k_run, n_padded, [k_run // 2, 2, n_padded // 16, 16], [2, 0, 3, 1]))
+    kernel = _kernel(bb, kernels, f"{unit.prefix}_matmul_bf16_{k_run}x{n_padded}",
+                     lambda post: unit.kernels.matmul_bf16(k_run, n_padded, post))
     y = emit(relax.call_tir(kernel, [a, packed], relax.TensorType([rows, n_padded], "float32")))
     return op.reshape(_columns(bb, y, n, n_padded), out_dims)
 
 
-def _conv_call(bb, kernels: dict, unit: _Unit, x, w, hwio, strides, padding, dilation):
-    """An NHWC conv as `unit`'s conv kernel's call: x rounded to bf16 and padded, w rounded,
-    padded to whole output-channel blocks and packed; the result f32."""
+def _conv_call(bb, kernels: dict, unit: _Unit, x, w, hwio, k_run: int, strides, padding, dilation):
+    """An NHWC conv as `unit`'s conv kernel's call: x rounded to bf16 and padded (its image
+    by `padding`, its channels to `k_run`), w rounded, padded to k_run input channels and
+    whole output-channel blocks and packed; the result f32."""
     from tvm import relax
 
     from ...cpu import vnni_layout
@@ -212,29 +231,30 @@ def _conv_call(bb, kernels: dict, unit: _Unit, x, w, hwio, strides, padding, dil
     top, left, bottom, right = padding
     height, width = int(height) + top + bottom, int(width) + left + right
     a = op.astype(x, "bfloat16")
-    if any(padding):
-        a = op.nn.pad(a, [0, 0, top, bottom, left, right, 0, 0])
+    if any(padding) or k_run != k:
+        a = op.nn.pad(a, [0, 0, top, bottom, left, right, 0, k_run - k])
     a = emit(a)
     n_padded = vnni_layout.padded_columns(n)
-    packed = emit(_packed(w, hwio, n_padded, [kh, kw, k // 2, 2, n_padded // 16, 16], [4, 0, 1, 2, 5, 3]))
-    name = f"{unit.prefix}_conv2d_bf16_{height}x{width}x{k}x{n_padded}_{kh}x{kw}_s{strides[0]}x{strides[1]}_d{dilation[0]}x{dilation[1]}"
-    kernel = _kernel(bb, kernels, name,
-                     lambda post: unit.kernels.conv2d_bf16(height, width, k, n_padded, (kh, kw), strides, dilation, post))
+    packed = emit(_packed(w, hwio, k_run, n_padded, [kh, kw, k_run // 2, 2, n_padded // 16, 16], [4, 0, 1, 2, 5, 3]))
+    name = (f"{unit.prefix}_conv2d_bf16_{height}x{width}x{k_run}x{n_padded}_{kh}x{kw}"
+            f"_s{strides[0]}x{strides[1]}_d{dilation[0]}x{dilation[1]}")
+    kernel = _kernel(bb, kernels, name, lambda post: unit.kernels.conv2d_bf16(height, width, k_run, n_padded, (kh, kw),
+                                                                              strides, dilation, post))
     out_h = (height - (kh - 1) * dilation[0] - 1) // strides[0] + 1
     out_w = (width - (kw - 1) * dilation[1] - 1) // strides[1] + 1
     y = emit(relax.call_tir(kernel, [a, packed], relax.TensorType([batch, out_h, out_w, n_padded], "float32")))
     return _columns(bb, y, n, n_padded)
 
 
-def _packed(w, dims: list, n_padded: int, split: list, order: list):
-    """Weights `w` (dims [..., n]) rounded to bf16, their last axis padded to `n_padded`, then
-    reshaped to `split` and permuted by `order`: the tiles' B order."""
+def _packed(w, dims: list, k_run: int, n_padded: int, split: list, order: list):
+    """Weights `w` (dims [..., k, n]) rounded to bf16, zero-padded to `k_run` along k and
+    `n_padded` along n, then reshaped to `split` and permuted by `order`: the kernels' B order."""
     from tvm import relax
 
     op = relax.op
     weights = op.astype(w, "bfloat16")
-    if n_padded != dims[-1]:
-        weights = op.nn.pad(weights, [0, 0] * (len(dims) - 1) + [0, n_padded - dims[-1]])
+    if (k_run, n_padded) != tuple(dims[-2:]):
+        weights = op.nn.pad(weights, [0, 0] * (len(dims) - 2) + [0, k_run - dims[-2], 0, n_padded - dims[-1]])
     return op.permute_dims(op.reshape(weights, split), order)
 
 
