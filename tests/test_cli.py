@@ -20,6 +20,10 @@ def test_doctor_reports_versions_and_loads_bridge():
     assert f"apache-tvm     {tvm.__version__}" in proc.stdout
     assert "bridge loads   yes" in proc.stdout
     assert "embedded code  allowed" in proc.stdout
+    from tftvm.cpu import features
+
+    units = "AMX-BF16" if features.amx_bf16(None) else "AVX512-BF16" if features.avx512_bf16(None) else "f32"
+    assert f"bf16 products  {units}" in proc.stdout
 
 
 def test_build_native_prints_the_cached_library():

@@ -55,6 +55,9 @@ def _doctor(args) -> int:
     print(f"bridge library {native.library_path()}")
     print(f"module dir     {cache_dir.module_dir()}")
     print(f"default target {kernel.resolve_target(None)}")
+    from .graph.lowering.precision import bf16_units
+
+    print(f"bf16 products  {bf16_units() or 'f32 (this CPU has no bf16 instructions tftvm uses)'}")
     try:
         native.load()
     except Exception as err:  # doctor reports every failure instead of raising

@@ -133,6 +133,13 @@ def _unit(target) -> _Unit | None:
     return None
 
 
+def bf16_units(target=None) -> str:
+    """What precision="bf16" runs products on for `target` (None: this host): "AMX-BF16",
+    "AVX512-BF16", or "" where neither (the products stay f32)."""
+    unit = _unit(target)
+    return unit.name if unit else ""
+
+
 def _matmul_plan(call, unit: _Unit):
     """How a matmul runs on `unit` (a function of the block builder and the kernels added),
     or why it does not."""
