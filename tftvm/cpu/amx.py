@@ -17,7 +17,7 @@ releases the tiles when done.
 """
 from __future__ import annotations
 
-from .post_ops import PostOps, without_params
+from .post_ops import PostOps, without_unread_params
 from .vnni_layout import COLUMN_BLOCK
 
 K_STEP = 32  # bf16 values of k per tile (64 bytes a row)
@@ -151,8 +151,7 @@ def matmul_bf16(k: int, n: int, post: PostOps | None = None):
                     store(1, T.address_of(C[row, col + 16]), c_stride)
             release()
 
-    unused = ["Bias", "R"] if not fused else [] if post.residual else ["R"]
-    return without_params(amx_matmul_bf16, unused)
+    return without_unread_params(amx_matmul_bf16, post)
 
 
 def conv2d_bf16(height: int, width: int, c: int, o: int, window, strides, dilation, post: PostOps | None = None):
@@ -240,5 +239,4 @@ def conv2d_bf16(height: int, width: int, c: int, o: int, window, strides, dilati
                     store(1, T.address_of(Y[image, top, left, out + 16]), c_stride)
             release()
 
-    unused = ["Bias", "R"] if not fused else [] if post.residual else ["R"]
-    return without_params(amx_conv2d_bf16, unused)
+    return without_unread_params(amx_conv2d_bf16, post)

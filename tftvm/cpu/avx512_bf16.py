@@ -24,7 +24,7 @@ buffers of ROWS x 16 floats, which LLVM then keeps in registers.
 """
 from __future__ import annotations
 
-from .post_ops import PostOps, without_params
+from .post_ops import PostOps, without_unread_params
 from .vnni_layout import COLUMN_BLOCK
 
 K_STEP = 2  # bf16 values of k per lane
@@ -123,8 +123,7 @@ def matmul_bf16(k: int, n: int, post: PostOps | None = None):
             if rest % 2 == 1:
                 one(A1, B1, Bias, R, C, at1 * pairs, b_base, at1, column)
 
-    unused = ["Bias", "R"] if post is None else [] if post.residual else ["R"]
-    return without_params(avx512_matmul_bf16, unused)
+    return without_unread_params(avx512_matmul_bf16, post)
 
 
 def conv2d_bf16(height: int, width: int, c: int, o: int, window, strides, dilation, post: PostOps | None = None):
@@ -180,5 +179,4 @@ def conv2d_bf16(height: int, width: int, c: int, o: int, window, strides, dilati
                 last(X1, W1, Bias, R2, Y2, (a_row + full_blocks * ROWS * sw) * pairs, b_base,
                      image_row * out_w + full_blocks * ROWS, cb * COLUMN_BLOCK)
 
-    unused = ["Bias", "R"] if post is None else [] if post.residual else ["R"]
-    return without_params(avx512_conv2d_bf16, unused)
+    return without_unread_params(avx512_conv2d_bf16, post)

@@ -44,10 +44,12 @@ class PostOps:
         return value
 
 
-def without_params(func, names: list[str]):
-    """`func` without the params named `names`: a kernel is written with the params of every
-    post-op (bias, residual), and a variant drops those it does not read."""
+def without_unread_params(func, post: PostOps | None):
+    """`func` without the post-op params that `post` does not read: a kernel is written with
+    a bias param `Bias` and a residual param `R`, and a variant without post-ops drops both,
+    one without a residual drops `R`."""
     from tvm import tirx
 
-    keep = [p for p in func.params if p.name not in names]
+    unread = ["Bias", "R"] if post is None else [] if post.residual else ["R"]
+    keep = [p for p in func.params if p.name not in unread]
     return tirx.PrimFunc(keep, func.body, func.ret_type, func.attrs)
