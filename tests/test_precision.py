@@ -12,7 +12,11 @@ import tftvm
 from tftvm import enable_pass
 from tftvm.cpu import amx, avx512_bf16, features, vnni_layout
 from tftvm.cpu.post_ops import PostOps
+import tvm
+from tftvm.graph.lowering import precision
 from tftvm.graph.lowering.precision import PrecisionReport
+from tftvm.kernel import resolve_target
+from tvm import relax
 from tvm.target import codegen
 
 from conftest import run_python
@@ -27,6 +31,9 @@ NO_BF16_UNITS = {"kind": "llvm", "mcpu": "znver3"}  # AVX2 only: runs on any x86
 # this CPU as one without AMX (Zen 4, Cooper Lake): where it has AVX512-BF16, bf16 runs on that
 WITHOUT_AMX = {"kind": "llvm", "mcpu": codegen.llvm_get_system_cpu(), "mattr": ["-amx-tile", "-amx-bf16", "-amx-int8"]}
 BF16_RTOL = 2e-2  # the issue's bound for bf16 products against f32
+HOST_UNIT = "AMX-BF16" if AMX else "AVX512-BF16" if AVX512_BF16 else ""  # what the host's products run on
+# (bf16 products, products, post-ops) of _dense_and_conv_model: AMX leaves the 3-channel conv in f32
+HOST_COUNTS = (5, 6, 5) if AMX else (6, 6, 6)
 
 
 def _bf16(x):
@@ -70,15 +77,16 @@ def test_the_conv_kernels_match_tf_on_bf16_inputs(rng, unit, case):
 
 
 @pytest.mark.parametrize("unit", UNITS)
-@pytest.mark.parametrize("post", [PostOps(), PostOps(residual=True, activation="relu"), PostOps(activation="relu6")],
-                         ids=lambda p: p.name())  # fmt: skip
+@pytest.mark.parametrize("post", [PostOps(), PostOps(residual=True, activation="relu"), PostOps(activation="relu6"),
+                                  PostOps(activation="swish")], ids=lambda p: p.name())  # fmt: skip
 def test_post_ops_are_applied_as_the_kernels_write_their_results(rng, unit, post):
     k, n, rows = 64, 64, 37
     a, b = _bf16(rng.standard_normal((rows, k))), _bf16(rng.standard_normal((k, n)))
     bias, residual = rng.standard_normal(n).astype(np.float32), 4 * rng.standard_normal((rows, n)).astype(np.float32)
     packed = b.reshape(k // 2, 2, n // 16, 16).transpose(2, 0, 3, 1).copy()
     want = a.astype(np.float64) @ b.astype(np.float64) + bias + (residual if post.residual else 0)
-    want = {None: want, "relu": np.maximum(want, 0), "relu6": np.clip(want, 0, 6)}[post.activation]
+    want = {None: want, "relu": np.maximum(want, 0), "relu6": np.clip(want, 0, 6),
+            "swish": want / (1 + np.exp(-want))}[post.activation]  # fmt: skip
     inputs = [tf.constant(a), tf.constant(packed), tf.constant(bias)] + ([tf.constant(residual)] if post.residual else [])
     got = tftvm.op(unit.matmul_bf16(k, n, post))(*inputs).numpy()
     np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5 * np.abs(want).max())
@@ -90,19 +98,82 @@ def test_post_ops_are_applied_as_the_kernels_write_their_results(rng, unit, post
     np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5 * np.abs(want).max())
 
 
+@pytest.mark.parametrize("unit", UNITS)
+@pytest.mark.parametrize("n", [8, 24, 48, 80])
+def test_the_kernels_write_only_the_columns_there_are(rng, unit, n):
+    """B packed with zero columns to whole blocks of 32; the output, bias and residual have n
+    columns, and the last block writes only its share (with its post-ops)."""
+    k, rows = 64, 17
+    post = PostOps(residual=True, activation="relu")
+    a, b = _bf16(rng.standard_normal((rows, k))), _bf16(rng.standard_normal((k, n)))
+    bias, residual = rng.standard_normal(n).astype(np.float32), rng.standard_normal((rows, n)).astype(np.float32)
+    wide = np.zeros((k, vnni_layout.padded_columns(n)), b.dtype)
+    wide[:, :n] = b
+    packed = wide.reshape(k // 2, 2, -1, 16).transpose(2, 0, 3, 1).copy()
+    assert packed.shape == vnni_layout.packed_shape(k, n)
+    product = a.astype(np.float64) @ b.astype(np.float64)
+    got = tftvm.op(unit.matmul_bf16(k, n))(tf.constant(a), tf.constant(packed)).numpy()
+    assert got.shape == (rows, n)
+    np.testing.assert_allclose(got, product, rtol=1e-5, atol=1e-5 * np.abs(product).max())
+    want = np.maximum(product + bias + residual, 0)
+    got = tftvm.op(unit.matmul_bf16(k, n, post))(a, packed, bias, residual).numpy()
+    np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5 * np.abs(want).max())
+    conv = tftvm.op(unit.conv2d_bf16(1, rows, k, n, (1, 1), (1, 1), (1, 1), post))
+    got = conv(a.reshape(1, 1, rows, k), packed[:, None, None], bias, residual.reshape(1, 1, rows, n)).numpy()
+    np.testing.assert_allclose(got.reshape(rows, n), want, rtol=1e-5, atol=1e-5 * np.abs(want).max())
+
+
+def _biased_product_then(activation, w, b):
+    """A Relax main(x [rows, 64], z [rows, 48]): y = x · w + b, then activation(y, z)."""
+    bb = relax.BlockBuilder()
+    rows = tvm.tirx.Var("rows", "int64")
+    x, z = relax.Var("x", relax.TensorType([rows, 64], "float32")), relax.Var("z", relax.TensorType([rows, 48], "float32"))
+    with bb.function("main", [x, z]):
+        with bb.dataflow():
+            y = bb.emit(relax.op.add(relax.op.matmul(x, relax.const(w)), relax.const(b)))
+            out = bb.emit_output(activation(relax.op, y, z))
+        bb.emit_func_output(out)
+    return bb.get()
+
+
+def _sigmoid(x):
+    return 1 / (1 + np.exp(-x))
+
+
+@pytest.mark.skipif(not (AMX or AVX512_BF16), reason="this CPU has no bf16 instructions tftvm uses")
+@pytest.mark.parametrize("activation, reference, kernel", [
+    (lambda op, y, z: op.multiply(y, op.sigmoid(y)), lambda y, z: y * _sigmoid(y), "_bias_swish"),
+    (lambda op, y, z: op.multiply(op.sigmoid(y), y), lambda y, z: y * _sigmoid(y), "_bias_swish"),
+    # a gate, not a swish: the product's value is read by the sigmoid alone, or by the multiply alone
+    (lambda op, y, z: op.multiply(z, op.sigmoid(y)), lambda y, z: z * _sigmoid(y), "_bias"),
+    (lambda op, y, z: op.multiply(y, op.sigmoid(z)), lambda y, z: y * _sigmoid(z), "_bias")],
+    ids=["swish", "swish-swapped", "gate-of-z", "y-gated-by-z"])  # fmt: skip
+def test_a_swish_after_a_bf16_product_is_written_by_its_kernel(rng, activation, reference, kernel):
+    w, b = _bf16(rng.standard_normal((64, 48))).astype(np.float32), rng.standard_normal(48).astype(np.float32)
+    report = PrecisionReport()
+    mod = precision.to_bf16(_biased_product_then(activation, w, b), report=report)
+    kernels = [gv.name_hint for gv in mod.get_global_vars() if "_bf16_" in gv.name_hint]
+    assert report.post_ops == 1 and any(name.endswith("_bf16_64x48" + kernel) for name in kernels), kernels
+    x, z = _bf16(rng.standard_normal((5, 64))), rng.standard_normal((5, 48)).astype(np.float32)
+    vm = relax.VirtualMachine(tvm.compile(mod, target=resolve_target(None)), tvm.cpu())
+    got = vm["main"](tvm.runtime.tensor(x.astype(np.float32)), tvm.runtime.tensor(z)).numpy()
+    want = reference(x.astype(np.float64) @ w + b, z)  # x and w already bf16 values: the product is exact
+    np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5 * np.abs(want).max())
+
+
 def _dense_and_conv_model():
-    """Dense layers on a sequence (k = 64, 96: AMX's multiples of 32; n = 10 padded to a
-    column block); convs: 3x3 stride 2 on 3 channels (k = 3: stays f32), 1x1 (k = 32: a
-    matmul over pixels), 3x3 SAME with a residual add and ReLU (k = 64), 3x3 with n = 8 (padded;
-    an odd image side). Biases are random: a zero bias add is folded away when the graph is
-    frozen. Post-ops: the first Dense's bias, the 1x1's bias and ReLU, the residual conv's
-    bias, residual and ReLU; the padded products keep theirs."""
+    """Dense layers on a sequence (k = 64, 96: AMX's multiples of 32; n = 10, short of a
+    column block); convs: 3x3 stride 2 on 3 channels (k = 3: f32 on AMX, 4 on AVX512-BF16),
+    1x1 (k = 32: a matmul over pixels), 3x3 SAME with a residual add and ReLU (k = 64), 3x3
+    with n = 8 (an odd image side). Biases are random: a zero bias add is folded away when the
+    graph is frozen. Post-ops: every bf16 product's bias, the 1x1's and the 3-channel conv's
+    ReLU, the residual conv's residual and ReLU."""
     keras.utils.set_random_seed(0)
     layers = keras.layers
     tokens, image = keras.Input((12, 64)), keras.Input((9, 9, 3))
     h = layers.Dense(96, activation="gelu", bias_initializer="normal")(tokens)
     text = layers.Dense(10, bias_initializer="normal")(h)
-    c = layers.Conv2D(32, 3, strides=2, padding="same", activation="relu")(image)
+    c = layers.Conv2D(32, 3, strides=2, padding="same", activation="relu", bias_initializer="normal")(image)
     c = layers.Conv2D(64, 1, activation="relu", bias_initializer="normal")(c)
     c = layers.ReLU()(layers.Conv2D(64, 3, padding="same", bias_initializer="normal")(c) + c)
     c = layers.Conv2D(8, 3, padding="same", bias_initializer="normal")(c)
@@ -115,7 +186,7 @@ def _inputs(rng, batch=3):
              rng.standard_normal((batch, 9, 9, 3)).astype(np.float32)]]  # fmt: skip
 
 
-def _check_bf16(want, got, report: PrecisionReport, units: str = "AMX-BF16" if AMX else "", counts=(5, 6, 3)):
+def _check_bf16(want, got, report: PrecisionReport, units: str = HOST_UNIT, counts=HOST_COUNTS):
     errors = [_relative(w, g) for w, g in zip(want, got)]
     if units:
         assert report.units == units and (report.in_bf16, report.products, report.post_ops) == counts, report.text()
@@ -134,7 +205,7 @@ def test_bf16_products_match_tf_in_f32_within_the_bf16_bound(rng, path):
     compiled = getattr(tftvm, path)(model, signature, precision="bf16", keep_faster=False)
     got = [np.asarray(t) for t in compiled(*inputs)]
     _check_bf16(want, got, compiled.precision)
-    assert ("precision: bf16" in compiled.report()) == AMX
+    assert ("precision: bf16" in compiled.report()) == bool(HOST_UNIT)
 
 
 def test_enable_takes_the_precision_option(rng):
@@ -147,10 +218,10 @@ def test_enable_takes_the_precision_option(rng):
         got = [t.numpy() for t in fn(*inputs)]
     (rewrite,) = enable_pass.rewrites()[before:]
     errors = [_relative(w, g) for w, g in zip(want, got)]
-    assert max(errors) <= (BF16_RTOL if AMX else 1e-5)
-    counts = [tuple(map(int, m)) for m in re.findall(r"bf16 on AMX-BF16: (\d+) of (\d+) matmuls/convs, (\d+)",
+    assert max(errors) <= (BF16_RTOL if HOST_UNIT else 1e-5)
+    counts = [tuple(map(int, m)) for m in re.findall(rf"bf16 on {HOST_UNIT}: (\d+) of (\d+) matmuls/convs, (\d+)",
                                                      rewrite.report)]  # fmt: skip
-    assert tuple(map(sum, zip(*counts))) == ((5, 6, 3) if AMX else ()), rewrite.report
+    assert tuple(map(sum, zip(*counts))) == (HOST_COUNTS if HOST_UNIT else ()), rewrite.report
 
 
 @pytest.mark.parametrize("target, units", [
@@ -164,7 +235,7 @@ def test_a_target_without_amx_runs_the_products_on_the_unit_it_has_and_says_so(r
     want = [t.numpy() for t in model(*inputs)]
     compiled = tftvm.compile_model(model, signature, precision="bf16", target=target, keep_faster=False)
     got = [np.asarray(t) for t in compiled(*inputs)]
-    _check_bf16(want, got, compiled.precision, units=units, counts=(6, 6, 3))
+    _check_bf16(want, got, compiled.precision, units=units, counts=(6, 6, 6))
     assert ("bf16 on AVX512-BF16: 6 of 6" if units else "no bf16 instructions") in compiled.report()
 
 
@@ -232,5 +303,5 @@ def test_a_saved_bf16_model_runs_in_a_fresh_process(rng, tmp_path):
                                            out=str(tmp_path / "y.npy")))  # fmt: skip
     assert proc.returncode == 0, proc.stderr[-3000:]
     got = np.load(tmp_path / "y.npy")
-    assert _relative(model(x).numpy(), got) <= (BF16_RTOL if AMX else 1e-5)
-    assert optimized.precision.in_bf16 == (2 if AMX else 0)
+    assert _relative(model(x).numpy(), got) <= (BF16_RTOL if HOST_UNIT else 1e-5)
+    assert optimized.precision.in_bf16 == (2 if HOST_UNIT else 0)

@@ -11,14 +11,15 @@ B tiles: four loads feed four multiplies) for the whole k loop and stores it onc
 the row blocks of one column block after another, so a column block of B (k x 32) stays in
 cache while every row block uses it. A last row block of fewer than 32 rows configures its
 tiles with the rows it has (the tile configuration is data, set per task), so m may be any
-size, a symbolic batch included; k is a multiple of 32 and n of 32 (the caller pads B).
+size, a symbolic batch included; k is a multiple of 32 (the caller pads A and B), and B is
+packed with zero columns up to a multiple of 32, of which the kernel writes the output's n.
 The tile configuration and registers are per thread: each task loads the configuration and
 releases the tiles when done.
 """
 from __future__ import annotations
 
 from .post_ops import PostOps, without_unread_params
-from .vnni_layout import COLUMN_BLOCK
+from .vnni_layout import COLUMN_BLOCK, conv_packed_shape, packed_shape, padded_columns
 
 K_STEP = 32  # bf16 values of k per tile (64 bytes a row)
 ROW_BLOCK = 32  # two 16-row tiles of A and C
@@ -82,26 +83,31 @@ def _tiles():
 
 
 def matmul_bf16(k: int, n: int, post: PostOps | None = None):
-    """The PrimFunc (A [m, k] bf16, B packed [n/16, k/2, 16, 2] bf16, [bias [n] f32,
-    [residual [m, n] f32,]] C [m, n] f32), m symbolic; `k` a multiple of K_STEP, `n` of
-    COLUMN_BLOCK; `post`: the post-ops on the results (then bias, and residual where it says).
-    Written without blocks: the default schedule leaves it as it is."""
+    """The PrimFunc (A [m, k] bf16, B packed as vnni_layout.packed_shape(k, n) bf16, [bias [n]
+    f32, [residual [m, n] f32,]] C [m, n] f32), m symbolic; `k` a multiple of K_STEP; `post`:
+    the post-ops on the results (then bias, and residual where it says). Written without
+    blocks: the default schedule leaves it as it is."""
     from tvm.script import tirx as T
 
-    assert k % K_STEP == 0 and n % COLUMN_BLOCK == 0, (k, n)
+    assert k % K_STEP == 0, k
     configure, zero, load, multiply_2x2, multiply_1x2, store, release = _tiles()
-    k_steps, column_blocks = k // K_STEP, n // COLUMN_BLOCK
+    k_steps, column_blocks, tail = k // K_STEP, padded_columns(n) // COLUMN_BLOCK, n % COLUMN_BLOCK
     a_stride, c_stride, b_stride = T.int64(2 * k), T.int64(4 * n), T.int64(64)  # bytes a row
-    fused = post is not None
-    apply = post.apply if fused else None
+    fused = post is not None or tail != 0  # the tiles go through `acc`, and the kernel writes C
+    apply = post.apply if post is not None else lambda value, *_: value
     block_stride = T.int64(4 * COLUMN_BLOCK)  # a row of the block's accumulators
+
+    @T.macro
+    def write(C, Bias, R, acc, row, i, col, width):  # the first `width` columns of the block's row i
+        for j in T.vectorized(width):
+            C[row + i, col + j] = apply(acc[i, j], Bias, R, (row + i, col + j))
 
     @T.prim_func(check_well_formed=False)
     def amx_matmul_bf16(a: T.handle, b: T.handle, bias: T.handle, residual: T.handle, c: T.handle):
         T.func_attr({"tir.noalias": True})
         m = T.int64()
         A = T.match_buffer(a, (m, k), "bfloat16")
-        B = T.match_buffer(b, (n // 16, k // 2, 16, 2), "bfloat16")
+        B = T.match_buffer(b, packed_shape(k, n), "bfloat16")
         Bias = T.match_buffer(bias, (n,), "float32")
         R = T.match_buffer(residual, (m, n), "float32")
         C = T.match_buffer(c, (m, n), "float32")
@@ -144,8 +150,12 @@ def matmul_bf16(k: int, n: int, post: PostOps | None = None):
                     store(0, T.address_of(acc[0, 0]), block_stride)
                     store(1, T.address_of(acc[0, 16]), block_stride)
                     for i in range(upper + lower):
-                        for j in T.vectorized(COLUMN_BLOCK):
-                            C[row + i, col + j] = apply(acc[i, j], Bias, R, (row + i, col + j))
+                        if tail == 0:
+                            write(C, Bias, R, acc, row, i, col, COLUMN_BLOCK)
+                        elif col + COLUMN_BLOCK <= n:
+                            write(C, Bias, R, acc, row, i, col, COLUMN_BLOCK)
+                        else:  # the last column block of a count that is no multiple of 32
+                            write(C, Bias, R, acc, row, i, col, tail)
                 else:
                     store(0, T.address_of(C[row, col]), c_stride)
                     store(1, T.address_of(C[row, col + 16]), c_stride)
@@ -157,31 +167,36 @@ def matmul_bf16(k: int, n: int, post: PostOps | None = None):
 def conv2d_bf16(height: int, width: int, c: int, o: int, window, strides, dilation, post: PostOps | None = None):
     """The PrimFunc (X [n, height, width, c] bf16, already padded; W packed as
     vnni_layout.conv_packed_shape; [bias [o] f32, [residual [n, out_h, out_w, o] f32,]] Y [n, out_h,
-    out_w, o] f32), n symbolic; `c` a multiple of K_STEP, `o` of COLUMN_BLOCK; `post` as for
-    `matmul_bf16`. A's tile rows are 16 neighbouring output pixels of one output row, whose
+    out_w, o] f32), n symbolic; `c` a multiple of K_STEP; `post` as for `matmul_bf16`. A's tile rows are 16 neighbouring output pixels of one output row, whose
     inputs lie a constant stride apart for every window position; its two A tiles are two
     output rows, so that a 7-pixel row still makes a 2 x 2 tile block. The reduction runs over
     the window and the channels in steps of 32."""
     from tvm.script import tirx as T
 
-    assert c % K_STEP == 0 and o % COLUMN_BLOCK == 0, (c, o)
+    assert c % K_STEP == 0, c
     configure, zero, load, multiply_2x2, multiply_1x2, store, release = _tiles()
     (kh, kw), (sh, sw), (dh, dw) = window, strides, dilation
     out_h, out_w = (height - (kh - 1) * dh - 1) // sh + 1, (width - (kw - 1) * dw - 1) // sw + 1
-    row_pairs, column_blocks, channel_blocks = -(-out_h // 2), -(-out_w // 16), o // COLUMN_BLOCK
+    row_pairs, column_blocks, channel_blocks = -(-out_h // 2), -(-out_w // 16), padded_columns(o) // COLUMN_BLOCK
     per_image = row_pairs * column_blocks
     a_stride, c_stride, b_stride = T.int64(2 * c * sw), T.int64(4 * o), T.int64(64)  # bytes a tile row
-    c_steps = c // K_STEP
-    fused = post is not None
-    apply = post.apply if fused else None
+    c_steps, tail = c // K_STEP, o % COLUMN_BLOCK
+    fused = post is not None or tail != 0  # the tiles go through `acc`, and the kernel writes Y
+    apply = post.apply if post is not None else lambda value, *_: value
     block_stride = T.int64(4 * COLUMN_BLOCK)  # a row of the block's accumulators
+
+    @T.macro
+    def write(Y, Bias, R, acc, image, top, left, out, half, i, width):  # the first `width` columns of a row
+        for j in T.vectorized(width):
+            Y[image, top + half, left + i, out + j] = apply(acc[half * 16 + i, j], Bias, R,
+                                                            (image, top + half, left + i, out + j))
 
     @T.prim_func(check_well_formed=False)
     def amx_conv2d_bf16(x: T.handle, w: T.handle, bias: T.handle, residual: T.handle, y: T.handle):
         T.func_attr({"tir.noalias": True})
         n = T.int64()
         X = T.match_buffer(x, (n, height, width, c), "bfloat16")
-        W = T.match_buffer(w, (o // 16, kh, kw, c // 2, 16, 2), "bfloat16")
+        W = T.match_buffer(w, conv_packed_shape(kh, kw, c, o), "bfloat16")
         Bias = T.match_buffer(bias, (o,), "float32")
         R = T.match_buffer(residual, (n, out_h, out_w, o), "float32")
         Y = T.match_buffer(y, (n, out_h, out_w, o), "float32")
@@ -231,9 +246,12 @@ def conv2d_bf16(height: int, width: int, c: int, o: int, window, strides, dilati
                     store(1, T.address_of(acc[0, 16]), block_stride)
                     for half in range(T.if_then_else(lower > 0, 2, 1)):
                         for i in range(pixels):
-                            for j in T.vectorized(COLUMN_BLOCK):
-                                Y[image, top + half, left + i, out + j] = apply(
-                                    acc[half * 16 + i, j], Bias, R, (image, top + half, left + i, out + j))
+                            if tail == 0:
+                                write(Y, Bias, R, acc, image, top, left, out, half, i, COLUMN_BLOCK)
+                            elif out + COLUMN_BLOCK <= o:
+                                write(Y, Bias, R, acc, image, top, left, out, half, i, COLUMN_BLOCK)
+                            else:  # the last column block of a count that is no multiple of 32
+                                write(Y, Bias, R, acc, image, top, left, out, half, i, tail)
                 else:
                     store(0, T.address_of(Y[image, top, left, out]), c_stride)
                     store(1, T.address_of(Y[image, top, left, out + 16]), c_stride)

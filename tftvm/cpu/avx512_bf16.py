@@ -25,7 +25,7 @@ buffers of ROWS x 16 floats, which LLVM then keeps in registers.
 from __future__ import annotations
 
 from .post_ops import PostOps, without_unread_params
-from .vnni_layout import COLUMN_BLOCK
+from .vnni_layout import COLUMN_BLOCK, conv_packed_shape, packed_shape, padded_columns
 
 K_STEP = 2  # bf16 values of k per lane
 ROWS = 14  # rows (or output pixels) of a block of results
@@ -42,20 +42,32 @@ define linkonce_odr <16 x float> @{_DOT}(<16 x float> %acc, <16 x i32> %a, <16 x
 """
 
 
-def _block(rows: int, reduction: int, a_offset, a_row_stride: int, post: PostOps | None):
+def _block(rows: int, reduction: int, a_offset, a_row_stride: int, columns: int, post: PostOps | None):
     """A TVMScript macro computing a block of `rows` x 32 results and writing them through
-    `post`. Its args: A and B as flat int32 buffers (a pair of bf16 values a lane), the bias,
-    the residual and the output as [rows, columns] views, `a_base` (A's first row at the
-    reduction's start), `b_base` (the column block's first slab row), the block's first
-    output row and first column. Reduction step p reads pair `a_offset(a_base, p)` of A's
-    first row (the next rows `a_row_stride` lanes apart) and row p of each slab of B."""
+    `post`, those of its columns under `columns` (the output's; the last block of a count
+    that is no multiple of 32 writes fewer). Its args: A and B as flat int32 buffers (a pair
+    of bf16 values a lane), the bias, the residual and the output as [rows, columns] views,
+    `a_base` (A's first row at the reduction's start), `b_base` (the column block's first slab
+    row), the block's first output row and first column. Reduction step p reads pair
+    `a_offset(a_base, p)` of A's first row (the next rows `a_row_stride` lanes apart) and row p
+    of each slab of B."""
     from tvm.script import tirx as T
+
+    tail = columns % COLUMN_BLOCK  # the last block's columns, where it has fewer than 32
 
     def dot(acc, r, a, b):
         return T.call_pure_extern("float32x16", _DOT, acc.vload([r, 0], "float32x16"), a, b)
 
     def result(value, bias, residual, index):
         return post.apply(value, bias, residual, index) if post is not None else value
+
+    @T.macro
+    def write(low, high, Bias, R2, Y2, out_row, r, column, width):  # the block's first `width` columns of row r
+        for j in T.vectorized(min(width, 16)):
+            Y2[out_row + r, column + j] = result(low[r, j], Bias, R2, (out_row + r, column + j))
+        if width > 16:
+            for j in T.vectorized(width - 16):
+                Y2[out_row + r, column + 16 + j] = result(high[r, j], Bias, R2, (out_row + r, column + 16 + j))
 
     @T.macro
     def block(A1, B1, Bias, R2, Y2, a_base, b_base, out_row, column):
@@ -69,23 +81,28 @@ def _block(rows: int, reduction: int, a_offset, a_row_stride: int, post: PostOps
                 pair = T.meta_var(T.broadcast(A1[a_offset(a_base, p) + r * a_row_stride], 16))
                 low[r, T.ramp(0, 1, 16)] = dot(low, r, pair, B1.vload([b_base + p * 16], "int32x16"))
                 high[r, T.ramp(0, 1, 16)] = dot(high, r, pair, B1.vload([b_base + (reduction + p) * 16], "int32x16"))
-        for r in range(rows):
-            for j in T.vectorized(16):
-                Y2[out_row + r, column + j] = result(low[r, j], Bias, R2, (out_row + r, column + j))
-                Y2[out_row + r, column + 16 + j] = result(high[r, j], Bias, R2, (out_row + r, column + 16 + j))
+        if tail == 0:
+            for r in range(rows):
+                write(low, high, Bias, R2, Y2, out_row, r, column, COLUMN_BLOCK)
+        elif column + COLUMN_BLOCK <= columns:
+            for r in range(rows):
+                write(low, high, Bias, R2, Y2, out_row, r, column, COLUMN_BLOCK)
+        else:
+            for r in range(rows):
+                write(low, high, Bias, R2, Y2, out_row, r, column, tail)
 
     return block
 
 
 def matmul_bf16(k: int, n: int, post: PostOps | None = None):
-    """The PrimFunc (A [m, k] bf16, B packed [n/16, k/2, 16, 2] bf16, [bias [n] f32,
-    [residual [m, n] f32,]] C [m, n] f32), m symbolic; `k` even, `n` a multiple of
-    COLUMN_BLOCK; `post`: the post-ops on the results (then bias, and residual where it says)."""
+    """The PrimFunc (A [m, k] bf16, B packed as vnni_layout.packed_shape(k, n) bf16, [bias [n]
+    f32, [residual [m, n] f32,]] C [m, n] f32), m symbolic; `k` even; `post`: the post-ops on
+    the results (then bias, and residual where it says)."""
     from tvm.script import tirx as T
 
-    assert k % K_STEP == 0 and n % COLUMN_BLOCK == 0, (k, n)
-    pairs, column_blocks = k // 2, n // COLUMN_BLOCK
-    full, eight, four, two, one = (_block(rows, pairs, lambda base, p: base + p, pairs, post)
+    assert k % K_STEP == 0, k
+    pairs, column_blocks = k // 2, padded_columns(n) // COLUMN_BLOCK
+    full, eight, four, two, one = (_block(rows, pairs, lambda base, p: base + p, pairs, n, post)
                                    for rows in (ROWS, 8, 4, 2, 1))
 
     @T.prim_func(check_well_formed=False)
@@ -93,12 +110,12 @@ def matmul_bf16(k: int, n: int, post: PostOps | None = None):
         T.func_attr({"tir.noalias": True})
         m = T.int64()
         A = T.match_buffer(a, (m, k), "bfloat16")
-        B = T.match_buffer(b, (n // 16, pairs, 16, 2), "bfloat16")
+        B = T.match_buffer(b, packed_shape(k, n), "bfloat16")
         Bias = T.match_buffer(bias, (n,), "float32")
         R = T.match_buffer(residual, (m, n), "float32")
         C = T.match_buffer(c, (m, n), "float32")
         A1 = T.decl_buffer((m * pairs,), "int32", data=A.data)  # each pair of k one 32-bit lane
-        B1 = T.decl_buffer((n // 16 * pairs * 16,), "int32", data=B.data)
+        B1 = T.decl_buffer((column_blocks * 2 * pairs * 16,), "int32", data=B.data)
         T.attr(0, "pragma_import_llvm", _LLVM)
         chunks = T.meta_var((m + ROW_CHUNK - 1) // ROW_CHUNK)
         for task in T.parallel(column_blocks * chunks):
@@ -129,14 +146,14 @@ def matmul_bf16(k: int, n: int, post: PostOps | None = None):
 def conv2d_bf16(height: int, width: int, c: int, o: int, window, strides, dilation, post: PostOps | None = None):
     """The PrimFunc (X [n, height, width, c] bf16, already padded; W packed as
     vnni_layout.conv_packed_shape; [bias [o] f32, [residual [n, out_h, out_w, o] f32,]]
-    Y [n, out_h, out_w, o] f32), n symbolic; `c` even, `o` a multiple of COLUMN_BLOCK; `post`
-    as for `matmul_bf16`. The reduction runs over the window and the channels' pairs."""
+    Y [n, out_h, out_w, o] f32), n symbolic; `c` even; `post` as for `matmul_bf16`. The
+    reduction runs over the window and the channels' pairs."""
     from tvm.script import tirx as T
 
-    assert c % K_STEP == 0 and o % COLUMN_BLOCK == 0, (c, o)
+    assert c % K_STEP == 0, c
     (kh, kw), (sh, sw), (dh, dw) = window, strides, dilation
     out_h, out_w = (height - (kh - 1) * dh - 1) // sh + 1, (width - (kw - 1) * dw - 1) // sw + 1
-    pairs, column_blocks = c // 2, o // COLUMN_BLOCK
+    pairs, column_blocks = c // 2, padded_columns(o) // COLUMN_BLOCK
     reduction = kh * kw * pairs
     full_blocks, rest = divmod(out_w, ROWS)
     residual = post is not None and post.residual
@@ -148,20 +165,20 @@ def conv2d_bf16(height: int, width: int, c: int, o: int, window, strides, dilati
         ky, kx, pair = p // (kw * pairs), p // pairs % kw, p % pairs
         return base + (ky * dh * width + kx * dw) * pairs + pair
 
-    full = _block(ROWS, reduction, a_offset, sw * pairs, post)
-    last = _block(max(rest, 1), reduction, a_offset, sw * pairs, post)
+    full = _block(ROWS, reduction, a_offset, sw * pairs, o, post)
+    last = _block(max(rest, 1), reduction, a_offset, sw * pairs, o, post)
 
     @T.prim_func(check_well_formed=False)
     def avx512_conv2d_bf16(x: T.handle, w: T.handle, bias: T.handle, residual: T.handle, y: T.handle):
         T.func_attr({"tir.noalias": True})
         n = T.int64()
         X = T.match_buffer(x, (n, height, width, c), "bfloat16")
-        W = T.match_buffer(w, (o // 16, kh, kw, pairs, 16, 2), "bfloat16")
+        W = T.match_buffer(w, conv_packed_shape(kh, kw, c, o), "bfloat16")
         Bias = T.match_buffer(bias, (o,), "float32")
         R = T.match_buffer(residual, (n, out_h, out_w, o), "float32")
         Y = T.match_buffer(y, (n, out_h, out_w, o), "float32")
         X1 = T.decl_buffer((n * height * width * pairs,), "int32", data=X.data)
-        W1 = T.decl_buffer((o // 16 * reduction * 16,), "int32", data=W.data)
+        W1 = T.decl_buffer((column_blocks * 2 * reduction * 16,), "int32", data=W.data)
         # a row per output pixel (a variant without the residual leaves R out, and reads no R2)
         R2 = T.decl_buffer((n * out_h * out_w, o), "float32", data=pick(R.data, Y.data))
         Y2 = T.decl_buffer((n * out_h * out_w, o), "float32", data=Y.data)

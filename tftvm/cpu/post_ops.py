@@ -10,7 +10,7 @@ from __future__ import annotations
 import dataclasses
 
 
-ACTIVATIONS = (None, "relu", "relu6")
+ACTIVATIONS = (None, "relu", "relu6", "swish")  # swish: x * sigmoid(x) (SiLU; EfficientNet's)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -41,7 +41,27 @@ class PostOps:
             value = T.max(value, T.float32(0))
         elif self.activation == "relu6":
             value = T.min(T.max(value, T.float32(0)), T.float32(6))
+        elif self.activation == "swish":
+            value = value / (T.float32(1) + fast_exp(-value))
         return value
+
+
+def fast_exp(x):
+    """exp(x) of a float32 TIR expression as a vectorizable polynomial (the C library's expf,
+    which LLVM calls per lane, would cost more than the product's write): x = n ln 2 + r with
+    |r| <= ln 2 / 2, exp(r) by Cephes' degree-7 polynomial (relative error ~1e-7), times 2^n
+    built in the exponent bits. x is clamped to [-87.3, 88.3], where 2^n is a normal float;
+    a NaN stays NaN (the clamp's select keeps it)."""
+    from tvm.script import tirx as T
+
+    x = T.Select(x > T.float32(88.3), T.float32(88.3), T.Select(x < T.float32(-87.3), T.float32(-87.3), x))
+    n = T.floor(x * T.float32(1.44269504088896341) + T.float32(0.5))
+    r = x - n * T.float32(0.693359375) + n * T.float32(2.12194440e-4)  # ln 2 in two parts: r exact
+    p = T.float32(1.9875691500e-4)
+    for c in (1.3981999507e-3, 8.3334519073e-3, 4.1665795894e-2, 1.6666665459e-1, 5.0000001201e-1):
+        p = p * r + T.float32(c)
+    p = p * r * r + r + T.float32(1)
+    return p * T.reinterpret("float32", (T.Cast("int32", n) + 127) << 23)
 
 
 def without_unread_params(func, post: PostOps | None):

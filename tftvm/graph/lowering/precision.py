@@ -202,7 +202,8 @@ def _reduction(k: int, unit: _Unit) -> int | str:
 def _matmul_call(bb, kernels: dict, unit: _Unit, x, w, ks: tuple, n: int, out_dims):
     """x [..., k] · w [k, n] as `unit`'s matmul kernel's call: x rounded to bf16, padded to
     `k_run` (ks = (k, k_run)) and seen as [rows, k_run], w rounded, padded to k_run rows and
-    whole column blocks and packed; the result [rows, n] f32 reshaped."""
+    whole column blocks and packed; the result [rows, n] f32 (the kernel writes only the
+    columns there are) reshaped."""
     from tvm import relax
 
     from ...cpu import vnni_layout
@@ -218,16 +219,17 @@ def _matmul_call(bb, kernels: dict, unit: _Unit, x, w, ks: tuple, n: int, out_di
         a = op.nn.pad(a, [0, 0] * (len(out_dims) - 1) + [0, k_run - k])
     a = emit(op.reshape(a, [rows, k_run]))
     packed = emit(_packed(w, [k, n], k_run, n_padded, [k_run // 2, 2, n_padded // 16, 16], [2, 0, 3, 1]))
-    kernel = _kernel(bb, kernels, f"{unit.prefix}_matmul_bf16_{k_run}x{n_padded}",
-                     lambda post: unit.kernels.matmul_bf16(k_run, n_padded, post))
-    y = emit(relax.call_tir(kernel, [a, packed], relax.TensorType([rows, n_padded], "float32")))
-    return op.reshape(_columns(bb, y, n, n_padded), out_dims)
+    kernel = _kernel(bb, kernels, f"{unit.prefix}_matmul_bf16_{k_run}x{n}",
+                     lambda post: unit.kernels.matmul_bf16(k_run, n, post))
+    y = emit(relax.call_tir(kernel, [a, packed], relax.TensorType([rows, n], "float32")))
+    return op.reshape(y, out_dims)
 
 
 def _conv_call(bb, kernels: dict, unit: _Unit, x, w, hwio, k_run: int, strides, padding, dilation):
     """An NHWC conv as `unit`'s conv kernel's call: x rounded to bf16 and padded (its image
     by `padding`, its channels to `k_run`), w rounded, padded to k_run input channels and
-    whole output-channel blocks and packed; the result f32."""
+    whole output-channel blocks and packed; the result f32 (the kernel writes only the
+    channels there are)."""
     from tvm import relax
 
     from ...cpu import vnni_layout
@@ -243,14 +245,13 @@ def _conv_call(bb, kernels: dict, unit: _Unit, x, w, hwio, k_run: int, strides, 
     a = emit(a)
     n_padded = vnni_layout.padded_columns(n)
     packed = emit(_packed(w, hwio, k_run, n_padded, [kh, kw, k_run // 2, 2, n_padded // 16, 16], [4, 0, 1, 2, 5, 3]))
-    name = (f"{unit.prefix}_conv2d_bf16_{height}x{width}x{k_run}x{n_padded}_{kh}x{kw}"
+    name = (f"{unit.prefix}_conv2d_bf16_{height}x{width}x{k_run}x{n}_{kh}x{kw}"
             f"_s{strides[0]}x{strides[1]}_d{dilation[0]}x{dilation[1]}")
-    kernel = _kernel(bb, kernels, name, lambda post: unit.kernels.conv2d_bf16(height, width, k_run, n_padded, (kh, kw),
+    kernel = _kernel(bb, kernels, name, lambda post: unit.kernels.conv2d_bf16(height, width, k_run, n, (kh, kw),
                                                                               strides, dilation, post))
     out_h = (height - (kh - 1) * dilation[0] - 1) // strides[0] + 1
     out_w = (width - (kw - 1) * dilation[1] - 1) // strides[1] + 1
-    y = emit(relax.call_tir(kernel, [a, packed], relax.TensorType([batch, out_h, out_w, n_padded], "float32")))
-    return _columns(bb, y, n, n_padded)
+    return relax.call_tir(kernel, [a, packed], relax.TensorType([batch, out_h, out_w, n], "float32"))
 
 
 def _packed(w, dims: list, k_run: int, n_padded: int, split: list, order: list):
@@ -274,12 +275,11 @@ def _kernel(bb, kernels: dict, name: str, make):
 
 
 def _with_post_ops(mod, makers: dict, report: PrecisionReport):
-    """`mod` with the bias add after a bf16 product, and a residual add and a ReLU (or ReLU6)
-    after that where there are, done by the product's kernel as it writes its results
+    """`mod` with the bias add after a bf16 product, and a residual add and a ReLU (ReLU6,
+    swish) after that where there are, done by the product's kernel as it writes its results
     (cpu.post_ops): each would be a pass over the product's f32 output in memory. `makers`:
     the bf16 kernels' GlobalVars -> make(post ops). Each value between the product and the last
-    op taken must have no other reader; the bias is one value per output column; a padded
-    product (its columns sliced) keeps its ops."""
+    op taken must have no other reader; the bias is one value per output column."""
     import tvm
     from tvm import relax
     from tvm.relax.dpl import is_op, rewrite_call, wildcard
@@ -294,19 +294,26 @@ def _with_post_ops(mod, makers: dict, report: PrecisionReport):
     bias, residual = wildcard(), wildcard()
     biased = is_op("relax.add")(core, bias) | is_op("relax.add")(bias, core)
     summed = is_op("relax.add")(biased, residual) | is_op("relax.add")(residual, biased)
-    relu, clip = is_op("relax.nn.relu")(summed | biased), is_op("relax.clip")(summed | biased, wildcard(), wildcard())
+    top = summed | biased  # the value the activation reads
+    relu, clip = is_op("relax.nn.relu")(top), is_op("relax.clip")(top, wildcard(), wildcard())
+    sigmoid = is_op("relax.sigmoid")(top)
+    swish = is_op("relax.multiply")(top, sigmoid) | is_op("relax.multiply")(sigmoid, top)  # one `top` in both
 
     for func_gv, func in list(mod.functions.items()):
         if not isinstance(func, relax.Function):
             continue
-        var_of, uses = _bindings(func)
-        read_once = lambda value: uses.get(var_of.get(value)) == 1  # noqa: E731
+        def reads(value) -> int:
+            return uses.get(var_of.get(value))
 
         def fused(call, matched):
             p = matched[product]
             gv = p.args[0]
-            inner = [matched[x] for x in (product, reshaped, core, biased, summed) if x in matched]
-            if gv not in makers or not all(read_once(v) for v in inner if not v.same_as(call)):  # the last op's may be read often
+            inner = [matched[x] for x in (product, reshaped, core, biased, summed, sigmoid) if x in matched]
+            # each read once, by the next op (swish reads its input twice); the last op's may be read often
+            once = [v for v in inner if not v.same_as(call) and not (swish in matched and v.same_as(matched[top]))]
+            if gv not in makers or any(reads(v) != 1 for v in once):
+                return call
+            if swish in matched and reads(matched[top]) != 2:
                 return call
             out_ty = p.ty_args[0] if hasattr(p, "ty_args") else p.ty
             n = int(out_ty.shape.values[-1])
@@ -315,7 +322,8 @@ def _with_post_ops(mod, makers: dict, report: PrecisionReport):
                 return call
             if str(b.ty.dtype) != "float32":
                 return call
-            activation = "relu" if relu in matched else "relu6" if clip in matched and _is_relu6(call) else None
+            activation = ("relu" if relu in matched else "relu6" if clip in matched and _is_relu6(call)
+                          else "swish" if swish in matched else None)  # fmt: skip
             if clip in matched and activation is None:
                 return call
             args = [*p.args[1].fields, b if len(_shape(b)) == 1 else relax.op.reshape(b, [n])]
@@ -337,7 +345,8 @@ def _with_post_ops(mod, makers: dict, report: PrecisionReport):
 
         builder = relax.BlockBuilder(mod)  # gives the new kernels' GlobalVars their types
         rewritten = func
-        for pattern in (relu | clip, summed, biased):  # the longest chains first
+        for pattern in (relu | clip | swish, summed, biased):  # the longest chains first
+            var_of, uses = _bindings(rewritten)  # of this pass's input: a rewrite makes new values
             rewritten = rewrite_call(pattern, fused, rewritten)
         if not rewritten.same_as(func):
             mod = builder.get()
@@ -374,15 +383,6 @@ def _same_shape(a, b) -> bool:
         return False
     analyzer = Analyzer()
     return all(analyzer.can_prove_equal(d, e) for d, e in zip(x, y))
-
-
-def _columns(bb, y, n: int, n_padded: int):
-    """`y` without the columns of its last axis past `n` (the padding of whole column blocks)."""
-    from tvm import relax
-
-    if n_padded == n:
-        return y
-    return bb.emit(relax.op.strided_slice(y, axes=[len(_shape(y)) - 1], begin=[0], end=[n]))
 
 
 def _is_weight(expr, static: set) -> bool:
