@@ -1,4 +1,5 @@
 """The default CPU schedule: tiled reductions compute what NumPy computes, for any shape."""
+import ml_dtypes
 import numpy as np
 import pytest
 import tensorflow as tf
@@ -137,6 +138,23 @@ def test_a_three_channel_padding_stage_runs_in_parallel_by_image_row(rng):
     for batch in (1, 2):
         xv = rng.standard_normal((batch, 224, 224, 3)).astype(np.float32)
         np.testing.assert_array_equal(op(xv).numpy(), np.pad(xv, [(0, 0), (0, 1), (0, 1), (0, 0)]))
+
+
+def test_a_static_padding_stage_whose_rows_make_no_whole_chunks_runs_by_image_row(rng):
+    """An image cast and padded for a bf16 stem conv (8 x 225 x 225 x 4): only the whole
+    tensor is a whole number of 32-lane chunks, and chunks over it straddle rows, so each
+    lane's index was divided apart (batch 8: 2.0 ms, by rows 0.13). Rows in parallel, each a
+    serial loop, as at batch 1."""
+    x = te.placeholder((8, 224, 224, 3), name="x")
+    pad = te.compute((8, 225, 225, 4), lambda b, h, w, c: te.if_then_else(
+        te.all(h < 224, w < 224, c < 3), x[b, h, w, c].astype("bfloat16"), tvm.tirx.const(0, "bfloat16")),
+        name="pad")  # fmt: skip
+    script = default_cpu_schedule(tvm.IRModule({"pad": te.create_prim_func([x, pad])})).script()
+    assert "T.parallel(1800)" in script and "T.vectorized" not in script, script
+    op = tftvm.op([x], [pad], name="sched_pad_rgb_static_bf16")
+    xv = rng.standard_normal((8, 224, 224, 3)).astype(np.float32)
+    want = np.pad(xv, [(0, 0), (0, 1), (0, 1), (0, 1)]).astype(ml_dtypes.bfloat16)
+    np.testing.assert_array_equal(np.asarray(op(xv).numpy(), np.float32), want.astype(np.float32))
 
 
 def test_a_per_channel_scale_of_rgb_pixels_runs_in_chunks_of_whole_pixels(rng):

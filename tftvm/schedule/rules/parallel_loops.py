@@ -58,7 +58,8 @@ def static_suffix(sch, loops, lanes: int) -> tuple[int, int]:
     condition then differs lane by lane); else as many whole vectors as make a whole number
     of innermost rows (3 channels: 3 vectors of 16 pixels), up to MAX_CHUNK_VECTORS, in which
     each lane reads the same channel in every chunk (in one vector of 3-channel pixels, each
-    lane computes its channel, and a per-channel scale is gathered). (0, 0) if none."""
+    lane computes its channel, and a per-channel scale is gathered), and only where such
+    chunks tile a row of pixels. (0, 0) if none."""
     import math
 
     from tvm import tirx
@@ -75,6 +76,8 @@ def static_suffix(sch, loops, lanes: int) -> tuple[int, int]:
     if width is None:
         vectors = extents[0] // math.gcd(extents[0], lanes)
         width = lanes * (vectors if vectors <= MAX_CHUNK_VECTORS else 1)
+        if len(extents) < 2 or extents[0] * extents[1] % width:
+            return 0, 0  # chunks would straddle rows (225 pixels of 4 channels): each lane's index divided apart
     product, best = 1, 0
     for count, extent in enumerate(extents, 1):
         product *= extent
