@@ -9,10 +9,10 @@ import numpy as np
 import pytest
 import tensorflow as tf
 import tftvm
+import tvm
 from tftvm import enable_pass
 from tftvm.cpu import amx, avx512_bf16, features, vnni_layout
 from tftvm.cpu.post_ops import PostOps
-import tvm
 from tftvm.graph.lowering import precision
 from tftvm.graph.lowering.precision import PrecisionReport
 from tftvm.kernel import resolve_target
@@ -159,6 +159,39 @@ def test_a_swish_after_a_bf16_product_is_written_by_its_kernel(rng, activation, 
     got = vm["main"](tvm.runtime.tensor(x.astype(np.float32)), tvm.runtime.tensor(z)).numpy()
     want = reference(x.astype(np.float64) @ w + b, z)  # x and w already bf16 values: the product is exact
     np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5 * np.abs(want).max())
+
+
+def _inverted_residual_model():
+    """MobileNetV2's block shape: 1x1 expand (bias, ReLU6) -> depthwise 3x3 -> 1x1 project, once
+    with SAME padding and once with Keras' ZeroPadding2D before a stride-2 depthwise conv; a
+    third expand is read by a depthwise conv and by an add."""
+    keras.utils.set_random_seed(0)
+    layers = keras.layers
+    image = keras.Input((10, 10, 16))
+    h = layers.ReLU(6.0)(layers.Conv2D(48, 1, bias_initializer="normal")(image))
+    h = layers.DepthwiseConv2D(3, padding="same", bias_initializer="normal")(h)
+    h = layers.Conv2D(24, 1, bias_initializer="normal")(h)
+    e = layers.ReLU(6.0)(layers.Conv2D(64, 1, bias_initializer="normal")(h))
+    e = layers.DepthwiseConv2D(3, strides=2, bias_initializer="normal")(layers.ZeroPadding2D(((0, 1), (0, 1)))(e))
+    e = layers.Conv2D(32, 1, bias_initializer="normal")(e)
+    f = layers.ReLU(6.0)(layers.Conv2D(32, 1, bias_initializer="normal")(e))
+    out = layers.DepthwiseConv2D(3, padding="same", bias_initializer="normal")(f) + f
+    return keras.Model(image, out), [tf.TensorSpec([None, 10, 10, 16])]
+
+
+@pytest.mark.skipif(not (AMX or AVX512_BF16), reason="this CPU has no bf16 instructions tftvm uses")
+@pytest.mark.parametrize("path", ["compile_model", "optimize"])
+def test_a_product_read_only_by_depthwise_convs_writes_bf16(rng, path):
+    """The two expands whose only readers are depthwise convs (one through its zero padding)
+    write bf16, which the convs read, and so do the two projections read only by the next
+    expand (a bf16 product); the third expand, also read by an add, writes f32."""
+    model, signature = _inverted_residual_model()
+    x = rng.standard_normal((2, 10, 10, 16)).astype(np.float32)
+    compiled = getattr(tftvm, path)(model, signature, precision="bf16", keep_faster=False)
+    report = compiled.precision
+    assert report.bf16_outputs == 4 and "4 writing bf16" in report.text(), report.text()
+    error = _relative(model(x).numpy(), np.asarray(compiled(x)))
+    assert 1e-5 < error <= BF16_RTOL
 
 
 def _dense_and_conv_model():

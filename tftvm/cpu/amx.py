@@ -84,12 +84,13 @@ def _tiles():
 
 def matmul_bf16(k: int, n: int, post: PostOps | None = None):
     """The PrimFunc (A [m, k] bf16, B packed as vnni_layout.packed_shape(k, n) bf16, [bias [n]
-    f32, [residual [m, n] f32,]] C [m, n] f32), m symbolic; `k` a multiple of K_STEP; `post`:
+    f32, [residual [m, n] f32,]] C [m, n] f32 or `post`'s out_dtype), m symbolic; `k` a multiple of K_STEP; `post`:
     the post-ops on the results (then bias, and residual where it says). Written without
     blocks: the default schedule leaves it as it is."""
     from tvm.script import tirx as T
 
     assert k % K_STEP == 0, k
+    out_dtype = post.out_dtype if post is not None else "float32"
     configure, zero, load, multiply_2x2, multiply_1x2, store, release = _tiles()
     k_steps, column_blocks, tail = k // K_STEP, padded_columns(n) // COLUMN_BLOCK, n % COLUMN_BLOCK
     a_stride, c_stride, b_stride = T.int64(2 * k), T.int64(4 * n), T.int64(64)  # bytes a row
@@ -110,7 +111,7 @@ def matmul_bf16(k: int, n: int, post: PostOps | None = None):
         B = T.match_buffer(b, packed_shape(k, n), "bfloat16")
         Bias = T.match_buffer(bias, (n,), "float32")
         R = T.match_buffer(residual, (m, n), "float32")
-        C = T.match_buffer(c, (m, n), "float32")
+        C = T.match_buffer(c, (m, n), out_dtype)
         row_blocks = (m + ROW_BLOCK - 1) // ROW_BLOCK
         row_chunks = (row_blocks + ROW_CHUNK - 1) // ROW_CHUNK
         for task in T.parallel(row_chunks * column_blocks):
@@ -167,13 +168,14 @@ def matmul_bf16(k: int, n: int, post: PostOps | None = None):
 def conv2d_bf16(height: int, width: int, c: int, o: int, window, strides, dilation, post: PostOps | None = None):
     """The PrimFunc (X [n, height, width, c] bf16, already padded; W packed as
     vnni_layout.conv_packed_shape; [bias [o] f32, [residual [n, out_h, out_w, o] f32,]] Y [n, out_h,
-    out_w, o] f32), n symbolic; `c` a multiple of K_STEP; `post` as for `matmul_bf16`. A's tile rows are 16 neighbouring output pixels of one output row, whose
+    out_w, o] f32 or `post`'s out_dtype), n symbolic; `c` a multiple of K_STEP; `post` as for `matmul_bf16`. A's tile rows are 16 neighbouring output pixels of one output row, whose
     inputs lie a constant stride apart for every window position; its two A tiles are two
     output rows, so that a 7-pixel row still makes a 2 x 2 tile block. The reduction runs over
     the window and the channels in steps of 32."""
     from tvm.script import tirx as T
 
     assert c % K_STEP == 0, c
+    out_dtype = post.out_dtype if post is not None else "float32"
     configure, zero, load, multiply_2x2, multiply_1x2, store, release = _tiles()
     (kh, kw), (sh, sw), (dh, dw) = window, strides, dilation
     out_h, out_w = (height - (kh - 1) * dh - 1) // sh + 1, (width - (kw - 1) * dw - 1) // sw + 1
@@ -199,7 +201,7 @@ def conv2d_bf16(height: int, width: int, c: int, o: int, window, strides, dilati
         W = T.match_buffer(w, conv_packed_shape(kh, kw, c, o), "bfloat16")
         Bias = T.match_buffer(bias, (o,), "float32")
         R = T.match_buffer(residual, (n, out_h, out_w, o), "float32")
-        Y = T.match_buffer(y, (n, out_h, out_w, o), "float32")
+        Y = T.match_buffer(y, (n, out_h, out_w, o), out_dtype)
         spatial_chunks = (per_image + ROW_CHUNK - 1) // ROW_CHUNK
         for task in T.parallel(channel_blocks * n * spatial_chunks):
             config = T.decl_buffer((64,), "uint8")  # global scope: on the stack (cpu/avx512_bf16.py)

@@ -96,11 +96,12 @@ def _block(rows: int, reduction: int, a_offset, a_row_stride: int, columns: int,
 
 def matmul_bf16(k: int, n: int, post: PostOps | None = None):
     """The PrimFunc (A [m, k] bf16, B packed as vnni_layout.packed_shape(k, n) bf16, [bias [n]
-    f32, [residual [m, n] f32,]] C [m, n] f32), m symbolic; `k` even; `post`: the post-ops on
+    f32, [residual [m, n] f32,]] C [m, n] f32 or `post`'s out_dtype), m symbolic; `k` even; `post`: the post-ops on
     the results (then bias, and residual where it says)."""
     from tvm.script import tirx as T
 
     assert k % K_STEP == 0, k
+    out_dtype = post.out_dtype if post is not None else "float32"
     pairs, column_blocks = k // 2, padded_columns(n) // COLUMN_BLOCK
     full, eight, four, two, one = (_block(rows, pairs, lambda base, p: base + p, pairs, n, post)
                                    for rows in (ROWS, 8, 4, 2, 1))
@@ -113,7 +114,7 @@ def matmul_bf16(k: int, n: int, post: PostOps | None = None):
         B = T.match_buffer(b, packed_shape(k, n), "bfloat16")
         Bias = T.match_buffer(bias, (n,), "float32")
         R = T.match_buffer(residual, (m, n), "float32")
-        C = T.match_buffer(c, (m, n), "float32")
+        C = T.match_buffer(c, (m, n), out_dtype)
         A1 = T.decl_buffer((m * pairs,), "int32", data=A.data)  # each pair of k one 32-bit lane
         B1 = T.decl_buffer((column_blocks * 2 * pairs * 16,), "int32", data=B.data)
         T.attr(0, "pragma_import_llvm", _LLVM)
@@ -146,11 +147,12 @@ def matmul_bf16(k: int, n: int, post: PostOps | None = None):
 def conv2d_bf16(height: int, width: int, c: int, o: int, window, strides, dilation, post: PostOps | None = None):
     """The PrimFunc (X [n, height, width, c] bf16, already padded; W packed as
     vnni_layout.conv_packed_shape; [bias [o] f32, [residual [n, out_h, out_w, o] f32,]]
-    Y [n, out_h, out_w, o] f32), n symbolic; `c` even; `post` as for `matmul_bf16`. The
+    Y [n, out_h, out_w, o] f32 or `post`'s out_dtype), n symbolic; `c` even; `post` as for `matmul_bf16`. The
     reduction runs over the window and the channels' pairs."""
     from tvm.script import tirx as T
 
     assert c % K_STEP == 0, c
+    out_dtype = post.out_dtype if post is not None else "float32"
     (kh, kw), (sh, sw), (dh, dw) = window, strides, dilation
     out_h, out_w = (height - (kh - 1) * dh - 1) // sh + 1, (width - (kw - 1) * dw - 1) // sw + 1
     pairs, column_blocks = c // 2, padded_columns(o) // COLUMN_BLOCK
@@ -176,12 +178,12 @@ def conv2d_bf16(height: int, width: int, c: int, o: int, window, strides, dilati
         W = T.match_buffer(w, conv_packed_shape(kh, kw, c, o), "bfloat16")
         Bias = T.match_buffer(bias, (o,), "float32")
         R = T.match_buffer(residual, (n, out_h, out_w, o), "float32")
-        Y = T.match_buffer(y, (n, out_h, out_w, o), "float32")
+        Y = T.match_buffer(y, (n, out_h, out_w, o), out_dtype)
         X1 = T.decl_buffer((n * height * width * pairs,), "int32", data=X.data)
         W1 = T.decl_buffer((column_blocks * 2 * reduction * 16,), "int32", data=W.data)
         # a row per output pixel (a variant without the residual leaves R out, and reads no R2)
         R2 = T.decl_buffer((n * out_h * out_w, o), "float32", data=pick(R.data, Y.data))
-        Y2 = T.decl_buffer((n * out_h * out_w, o), "float32", data=Y.data)
+        Y2 = T.decl_buffer((n * out_h * out_w, o), out_dtype, data=Y.data)
         T.attr(0, "pragma_import_llvm", _LLVM)
         for task in T.parallel(column_blocks * n * out_h):
             cb = T.meta_var(task // (n * out_h))  # column blocks outermost: one block's W stays in cache

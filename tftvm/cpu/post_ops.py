@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import dataclasses
 
-
 ACTIVATIONS = (None, "relu", "relu6", "swish")  # swish: x * sigmoid(x) (SiLU; EfficientNet's)
 
 
@@ -17,21 +16,27 @@ ACTIVATIONS = (None, "relu", "relu6", "swish")  # swish: x * sigmoid(x) (SiLU; E
 class PostOps:
     """What a kernel applies to each block of results as it writes them, while they are in
     registers or cache (oneDNN's post-ops): + bias[column], then + residual[same element] where
-    `residual`, then `activation`. The kernel then takes `bias` ([n] f32) and, with `residual`,
-    a tensor of its output's shape after the packed weights."""
+    `residual`, then `activation`, then rounded to `out_dtype`. The kernel then takes `bias`
+    ([n] f32) and, with `residual`, an f32 tensor of its output's shape after the packed
+    weights."""
 
     residual: bool = False
     activation: str | None = None
+    out_dtype: str = "float32"  # the output's: "bfloat16" where every reader reads bf16 (half the bytes)
 
     def __post_init__(self):
         if self.activation not in ACTIVATIONS:
             raise ValueError(f"activation must be one of {ACTIVATIONS}, got {self.activation!r}")
+        if self.out_dtype not in ("float32", "bfloat16"):
+            raise ValueError(f"out_dtype must be float32 or bfloat16, got {self.out_dtype!r}")
 
     def name(self) -> str:
-        return "_bias" + ("_residual" if self.residual else "") + (f"_{self.activation}" if self.activation else "")
+        return ("_bias" + ("_residual" if self.residual else "") + (f"_{self.activation}" if self.activation else "")
+                + ("_to_bf16" if self.out_dtype == "bfloat16" else ""))  # fmt: skip
 
     def apply(self, value, bias, residual, index: tuple):
-        """The result written for accumulator `value` at output `index` (TIR expressions)."""
+        """The result written for accumulator `value` at output `index` (TIR expressions), in
+        `out_dtype`."""
         from tvm.script import tirx as T
 
         value = value + bias[index[-1]]
@@ -43,7 +48,7 @@ class PostOps:
             value = T.min(T.max(value, T.float32(0)), T.float32(6))
         elif self.activation == "swish":
             value = value / (T.float32(1) + fast_exp(-value))
-        return value
+        return value if self.out_dtype == "float32" else T.Cast(self.out_dtype, value)
 
 
 def fast_exp(x):

@@ -14,12 +14,16 @@ it) and its weights once (a constant expression: Relax folds it, or LiftTransfor
 lifts it out of the call when the weights are variables), packed in the order the tiles
 read. Results stay f32: the elementwise ops between products (bias, activations, norms,
 softmax) run in f32, as oneDNN's and OpenVINO's bf16 modes do, and the error is the rounding
-of the products' inputs.
+of the products' inputs; the bias, residual and activation right after a product are done by
+its kernel, which writes bf16 where every reader reads bf16 anyway (post_op_fusion.py).
 """
 from __future__ import annotations
 
 import dataclasses
 import logging
+
+from . import post_op_fusion
+from .post_op_fusion import shape_of, static_dims
 
 log = logging.getLogger(__name__)
 
@@ -42,6 +46,7 @@ class PrecisionReport:
     products: int = 0  # matmuls and convs seen
     in_bf16: int = 0  # of those, how many run in bf16
     post_ops: int = 0  # of those, how many write their results through their bias, residual add and activation
+    bf16_outputs: int = 0  # of those, how many write bf16, all their readers reading bf16
     left: list = dataclasses.field(default_factory=list)  # (op, why) for each product left in f32
 
     def text(self) -> str:
@@ -51,6 +56,7 @@ class PrecisionReport:
             return "precision: bf16 asked, but this CPU has no bf16 instructions tftvm uses: f32"
         text = f"precision: bf16 on {self.units}: {self.in_bf16} of {self.products} matmuls/convs"
         text += f", {self.post_ops} with their bias (and residual, activation) fused" if self.post_ops else ""
+        text += f", {self.bf16_outputs} writing bf16 for readers that read it" if self.bf16_outputs else ""
         reasons = sorted({why for _, why in self.left})
         return text + (f"; in f32: {'; '.join(reasons)}" if reasons else "")
 
@@ -64,6 +70,7 @@ def combined(reports: list) -> PrecisionReport:
         out.products += r.products
         out.in_bf16 += r.in_bf16
         out.post_ops += r.post_ops
+        out.bf16_outputs += r.bf16_outputs
         out.left += r.left
     return out
 
@@ -75,7 +82,6 @@ def to_bf16(mod, target=None, report: PrecisionReport | None = None, weights=())
     import tvm
     from tvm import relax
 
-    from ...cpu import features
     from .fold_scales import weight_derived
 
     report = report if report is not None else PrecisionReport()
@@ -112,7 +118,7 @@ def to_bf16(mod, target=None, report: PrecisionReport | None = None, weights=())
     if not report.in_bf16:
         return mod
     out = tvm.IRModule(dict(rewriter.builder_.get().functions))
-    return relax.transform.DeadCodeElimination()(_with_post_ops(out, dict(kernels.values()), report))
+    return relax.transform.DeadCodeElimination()(post_op_fusion.fuse(out, dict(kernels.values()), report))
 
 
 @dataclasses.dataclass(frozen=True)
@@ -147,12 +153,12 @@ def _matmul_plan(call, unit: _Unit):
     why = _f32_why(call, x, w)
     if why:
         return why
-    x_dims, w_dims = _shape(x), _shape(w)
+    x_dims, w_dims = shape_of(x), shape_of(w)
     if x_dims is None or w_dims is None or len(w_dims) != 2 or len(x_dims) < 2:
         return "not activations [..., k] by weights [k, n]"
-    if _static(w_dims) is None:
+    if static_dims(w_dims) is None:
         return "weights of symbolic shape"
-    k, n = _static(w_dims)
+    k, n = static_dims(w_dims)
     k_run = _reduction(k, unit)
     if isinstance(k_run, str):
         return k_run
@@ -173,8 +179,8 @@ def _conv_plan(call, unit: _Unit):
         return "a conv in another layout than NHWC"
     if int(attrs.groups) != 1:
         return "a grouped or depthwise conv"
-    x_dims, w_dims = _shape(x), _static(_shape(w) or [None])
-    if w_dims is None or x_dims is None or _static(x_dims[1:]) is None:
+    x_dims, w_dims = shape_of(x), static_dims(shape_of(w) or [None])
+    if w_dims is None or x_dims is None or static_dims(x_dims[1:]) is None:
         return "a conv of symbolic image or window size"
     kh, kw, k, n = w_dims
     k_run = _reduction(k, unit)
@@ -236,7 +242,7 @@ def _conv_call(bb, kernels: dict, unit: _Unit, x, w, hwio, k_run: int, strides, 
 
     op, emit = relax.op, bb.emit
     kh, kw, k, n = hwio
-    batch, height, width, _ = _shape(x)
+    batch, height, width, _ = shape_of(x)
     top, left, bottom, right = padding
     height, width = int(height) + top + bottom, int(width) + left + right
     a = op.astype(x, "bfloat16")
@@ -274,132 +280,10 @@ def _kernel(bb, kernels: dict, name: str, make):
     return kernels[name][0]
 
 
-def _with_post_ops(mod, makers: dict, report: PrecisionReport):
-    """`mod` with the bias add after a bf16 product, and a residual add and a ReLU (ReLU6,
-    swish) after that where there are, done by the product's kernel as it writes its results
-    (cpu.post_ops): each would be a pass over the product's f32 output in memory. `makers`:
-    the bf16 kernels' GlobalVars -> make(post ops). Each value between the product and the last
-    op taken must have no other reader; the bias is one value per output column."""
-    import tvm
-    from tvm import relax
-    from tvm.relax.dpl import is_op, rewrite_call, wildcard
-
-    from ...cpu.post_ops import PostOps
-
-    added = {}  # kernel name -> GlobalVar
-    mod = relax.transform.CanonicalizeBindings()(mod)  # no `lv1 = lv` between the ops
-    product = is_op("relax.call_tir")(wildcard(), wildcard())
-    reshaped = is_op("relax.reshape")(product, wildcard())
-    core = product | reshaped | is_op("relax.reshape")(reshaped, wildcard())
-    bias, residual = wildcard(), wildcard()
-    biased = is_op("relax.add")(core, bias) | is_op("relax.add")(bias, core)
-    summed = is_op("relax.add")(biased, residual) | is_op("relax.add")(residual, biased)
-    top = summed | biased  # the value the activation reads
-    relu, clip = is_op("relax.nn.relu")(top), is_op("relax.clip")(top, wildcard(), wildcard())
-    sigmoid = is_op("relax.sigmoid")(top)
-    swish = is_op("relax.multiply")(top, sigmoid) | is_op("relax.multiply")(sigmoid, top)  # one `top` in both
-
-    for func_gv, func in list(mod.functions.items()):
-        if not isinstance(func, relax.Function):
-            continue
-        def reads(value) -> int:
-            return uses.get(var_of.get(value))
-
-        def fused(call, matched):
-            p = matched[product]
-            gv = p.args[0]
-            inner = [matched[x] for x in (product, reshaped, core, biased, summed, sigmoid) if x in matched]
-            # each read once, by the next op (swish reads its input twice); the last op's may be read often
-            once = [v for v in inner if not v.same_as(call) and not (swish in matched and v.same_as(matched[top]))]
-            if gv not in makers or any(reads(v) != 1 for v in once):
-                return call
-            if swish in matched and reads(matched[top]) != 2:
-                return call
-            out_ty = p.ty_args[0] if hasattr(p, "ty_args") else p.ty
-            n = int(out_ty.shape.values[-1])
-            b = var_of.get(matched[bias], matched[bias])
-            if _static(_shape(b) or [None]) not in ([n], [1] * (len(_shape(b) or [])  - 1) + [n]):
-                return call
-            if str(b.ty.dtype) != "float32":
-                return call
-            activation = ("relu" if relu in matched else "relu6" if clip in matched and _is_relu6(call)
-                          else "swish" if swish in matched else None)  # fmt: skip
-            if clip in matched and activation is None:
-                return call
-            args = [*p.args[1].fields, b if len(_shape(b)) == 1 else relax.op.reshape(b, [n])]
-            r = None
-            if summed in matched:
-                r = var_of.get(matched[residual], matched[residual])
-                before = matched[biased]
-                if str(getattr(r.ty, "dtype", "")) != "float32" or not _same_shape(r, var_of.get(before, before)):
-                    return call
-                dims = list(out_ty.shape.values)
-                args.append(r if len(_shape(r)) == len(dims) else relax.op.reshape(r, dims))
-            post = PostOps(residual=r is not None, activation=activation)
-            name = gv.name_hint + post.name()
-            if name not in added:
-                added[name] = builder.add_func(makers[gv](post).with_attr("global_symbol", name), name)
-            report.post_ops += 1
-            y = relax.call_tir(added[name], args, out_ty)
-            return relax.op.reshape(y, list(call.ty.shape.values)) if core in matched and not p.same_as(matched[core]) else y
-
-        builder = relax.BlockBuilder(mod)  # gives the new kernels' GlobalVars their types
-        rewritten = func
-        for pattern in (relu | clip | swish, summed, biased):  # the longest chains first
-            var_of, uses = _bindings(rewritten)  # of this pass's input: a rewrite makes new values
-            rewritten = rewrite_call(pattern, fused, rewritten)
-        if not rewritten.same_as(func):
-            mod = builder.get()
-            mod[func_gv] = rewritten
-    return mod
-
-
-def _bindings(func):
-    """(bound value -> its variable, variable -> how many times it is read) of `func`."""
-    from tvm import relax
-
-    var_of, uses = {}, {}
-    for block in func.body.blocks:
-        for binding in block.bindings:
-            var_of[binding.value] = binding.var
-            for v in relax.analysis.free_vars(binding.value):
-                uses[v] = uses.get(v, 0) + 1
-    for v in relax.analysis.free_vars(func.body.body):
-        uses[v] = uses.get(v, 0) + 1
-    return var_of, uses
-
-
-def _is_relu6(clip) -> bool:
-    low, high = (float(getattr(a, "value", float("nan"))) for a in clip.args[1:3])
-    return (low, high) == (0.0, 6.0)
-
-
-def _same_shape(a, b) -> bool:
-    """Do `a` and `b` have the same dims (symbolic ones the same variable)?"""
-    from tvm.sym.analyzer import Analyzer
-
-    x, y = _shape(a), _shape(b)
-    if x is None or y is None or len(x) != len(y):
-        return False
-    analyzer = Analyzer()
-    return all(analyzer.can_prove_equal(d, e) for d, e in zip(x, y))
-
-
 def _is_weight(expr, static: set) -> bool:
     import tvm
 
     return isinstance(expr, tvm.ir.expr.Constant) or expr in static
-
-
-def _static(dims) -> list | None:
-    from tvm import tirx
-
-    return [int(d.value) for d in dims] if all(isinstance(d, tirx.IntImm) for d in dims) else None
-
-
-def _shape(expr):
-    shape = getattr(expr.ty, "shape", None)
-    return list(shape.values) if shape is not None and hasattr(shape, "values") else None
 
 
 def _f32_why(call, x, w) -> str | None:
