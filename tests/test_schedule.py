@@ -109,6 +109,20 @@ def test_only_blocks_worth_it_run_in_parallel(m, k, n, parallel, rng):
     np.testing.assert_allclose(op(a, b).numpy(), a @ b, rtol=1e-4, atol=1e-3)
 
 
+@pytest.mark.parametrize("side, parallel", [(112, True), (40, False)])
+def test_an_elementwise_pass_runs_in_parallel_from_a_megabyte_moved(side, parallel, rng):
+    """A squeeze-excite scale, x [1, side, side, 32] * s [1, 1, 1, 32]: at 112 it reads 1.6 MB
+    and writes 1.6 MB (under the 2 MB read and 2M iterations a reduction needs), at 40 it
+    moves 0.4 MB, less than waking the pool costs."""
+    x, s = te.placeholder((1, side, side, 32), name="x"), te.placeholder((1, 1, 1, 32), name="s")
+    y = te.compute(x.shape, lambda b, h, w, c: x[b, h, w, c] * s[0, 0, 0, c], name="y")
+    script = default_cpu_schedule(tvm.IRModule({"scale": te.create_prim_func([x, s, y])})).script()
+    assert ("T.parallel" in script) == parallel, script
+    op = tftvm.op([x, s], [y], name=f"sched_scale_{side}")
+    xv, sv = rng.standard_normal((1, side, side, 32)).astype(np.float32), rng.standard_normal((1, 1, 1, 32)).astype(np.float32)
+    np.testing.assert_array_equal(op(xv, sv).numpy(), xv * sv)
+
+
 def test_a_none_batch_padding_stage_is_vectorized_over_its_static_image(rng):
     """A conv's padding stage with a None batch: the static image loops are vectorized
     (left to LLVM it stayed scalar: MobileNetV2's depthwise kernels 4-8x slower)."""
