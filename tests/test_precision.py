@@ -78,7 +78,8 @@ def test_the_conv_kernels_match_tf_on_bf16_inputs(rng, unit, case):
 
 @pytest.mark.parametrize("unit", UNITS)
 @pytest.mark.parametrize("post", [PostOps(), PostOps(residual=True, activation="relu"), PostOps(activation="relu6"),
-                                  PostOps(activation="swish")], ids=lambda p: p.name())  # fmt: skip
+                                  PostOps(activation="swish"), PostOps(activation="relu", out_dtype="bfloat16")],
+                         ids=lambda p: p.name())  # fmt: skip
 def test_post_ops_are_applied_as_the_kernels_write_their_results(rng, unit, post):
     k, n, rows = 64, 64, 37
     a, b = _bf16(rng.standard_normal((rows, k))), _bf16(rng.standard_normal((k, n)))
@@ -88,14 +89,16 @@ def test_post_ops_are_applied_as_the_kernels_write_their_results(rng, unit, post
     want = {None: want, "relu": np.maximum(want, 0), "relu6": np.clip(want, 0, 6),
             "swish": want / (1 + np.exp(-want))}[post.activation]  # fmt: skip
     inputs = [tf.constant(a), tf.constant(packed), tf.constant(bias)] + ([tf.constant(residual)] if post.residual else [])
+    rtol = 1e-5 if post.out_dtype == "float32" else 2.0**-8  # bf16 results: rounded to 8 significant bits
     got = tftvm.op(unit.matmul_bf16(k, n, post))(*inputs).numpy()
-    np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5 * np.abs(want).max())
+    assert got.dtype == post.out_dtype
+    np.testing.assert_allclose(got.astype(np.float32), want, rtol=rtol, atol=1e-5 * np.abs(want).max())
     # the conv kernel: the same post-ops on [1, rows, 1, n] as a 1x1 conv's output
     conv = tftvm.op(unit.conv2d_bf16(rows, 1, k, n, (1, 1), (1, 1), (1, 1), post))
     images = [tf.reshape(inputs[0], [1, rows, 1, k]), tf.constant(packed[:, None, None]), inputs[2]]
     images += [tf.reshape(inputs[3], [1, rows, 1, n])] if post.residual else []
     got = conv(*images).numpy().reshape(rows, n)
-    np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5 * np.abs(want).max())
+    np.testing.assert_allclose(got.astype(np.float32), want, rtol=rtol, atol=1e-5 * np.abs(want).max())
 
 
 @pytest.mark.parametrize("unit", UNITS)
