@@ -130,7 +130,8 @@ def _biased_product_then(activation, w, b):
     """A Relax main(x [rows, 64], z [rows, 48]): y = x · w + b, then activation(y, z)."""
     bb = relax.BlockBuilder()
     rows = tvm.tirx.Var("rows", "int64")
-    x, z = relax.Var("x", relax.TensorType([rows, 64], "float32")), relax.Var("z", relax.TensorType([rows, 48], "float32"))
+    x = relax.Var("x", relax.TensorType([rows, 64], "float32"))
+    z = relax.Var("z", relax.TensorType([rows, 48], "float32"))
     with bb.function("main", [x, z]):
         with bb.dataflow():
             y = bb.emit(relax.op.add(relax.op.matmul(x, relax.const(w)), relax.const(b)))

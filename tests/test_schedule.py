@@ -119,7 +119,8 @@ def test_an_elementwise_pass_runs_in_parallel_from_a_megabyte_moved(side, parall
     script = default_cpu_schedule(tvm.IRModule({"scale": te.create_prim_func([x, s, y])})).script()
     assert ("T.parallel" in script) == parallel, script
     op = tftvm.op([x, s], [y], name=f"sched_scale_{side}")
-    xv, sv = rng.standard_normal((1, side, side, 32)).astype(np.float32), rng.standard_normal((1, 1, 1, 32)).astype(np.float32)
+    xv = rng.standard_normal((1, side, side, 32)).astype(np.float32)
+    sv = rng.standard_normal((1, 1, 1, 32)).astype(np.float32)
     np.testing.assert_array_equal(op(xv, sv).numpy(), xv * sv)
 
 

@@ -84,9 +84,9 @@ def _tiles():
 
 def matmul_bf16(k: int, n: int, post: PostOps | None = None):
     """The PrimFunc (A [m, k] bf16, B packed as vnni_layout.packed_shape(k, n) bf16, [bias [n]
-    f32, [residual [m, n] f32,]] C [m, n] f32 or `post`'s out_dtype), m symbolic; `k` a multiple of K_STEP; `post`:
-    the post-ops on the results (then bias, and residual where it says). Written without
-    blocks: the default schedule leaves it as it is."""
+    f32, [residual [m, n] f32,]] C [m, n] f32 or `post`'s out_dtype), m symbolic; `k` a
+    multiple of K_STEP; `post`: the post-ops on the results (then bias, and residual where it
+    says). Written without blocks: the default schedule leaves it as it is."""
     from tvm.script import tirx as T
 
     assert k % K_STEP == 0, k
@@ -168,7 +168,8 @@ def matmul_bf16(k: int, n: int, post: PostOps | None = None):
 def conv2d_bf16(height: int, width: int, c: int, o: int, window, strides, dilation, post: PostOps | None = None):
     """The PrimFunc (X [n, height, width, c] bf16, already padded; W packed as
     vnni_layout.conv_packed_shape; [bias [o] f32, [residual [n, out_h, out_w, o] f32,]] Y [n, out_h,
-    out_w, o] f32 or `post`'s out_dtype), n symbolic; `c` a multiple of K_STEP; `post` as for `matmul_bf16`. A's tile rows are 16 neighbouring output pixels of one output row, whose
+    out_w, o] f32 or `post`'s out_dtype), n symbolic; `c` a multiple of K_STEP; `post` as for
+    `matmul_bf16`. A's tile rows are 16 neighbouring output pixels of one output row, whose
     inputs lie a constant stride apart for every window position; its two A tiles are two
     output rows, so that a 7-pixel row still makes a 2 x 2 tile block. The reduction runs over
     the window and the channels in steps of 32."""

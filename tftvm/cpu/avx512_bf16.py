@@ -96,8 +96,8 @@ def _block(rows: int, reduction: int, a_offset, a_row_stride: int, columns: int,
 
 def matmul_bf16(k: int, n: int, post: PostOps | None = None):
     """The PrimFunc (A [m, k] bf16, B packed as vnni_layout.packed_shape(k, n) bf16, [bias [n]
-    f32, [residual [m, n] f32,]] C [m, n] f32 or `post`'s out_dtype), m symbolic; `k` even; `post`: the post-ops on
-    the results (then bias, and residual where it says)."""
+    f32, [residual [m, n] f32,]] C [m, n] f32 or `post`'s out_dtype), m symbolic; `k` even;
+    `post`: the post-ops on the results (then bias, and residual where it says)."""
     from tvm.script import tirx as T
 
     assert k % K_STEP == 0, k
@@ -147,8 +147,8 @@ def matmul_bf16(k: int, n: int, post: PostOps | None = None):
 def conv2d_bf16(height: int, width: int, c: int, o: int, window, strides, dilation, post: PostOps | None = None):
     """The PrimFunc (X [n, height, width, c] bf16, already padded; W packed as
     vnni_layout.conv_packed_shape; [bias [o] f32, [residual [n, out_h, out_w, o] f32,]]
-    Y [n, out_h, out_w, o] f32 or `post`'s out_dtype), n symbolic; `c` even; `post` as for `matmul_bf16`. The
-    reduction runs over the window and the channels' pairs."""
+    Y [n, out_h, out_w, o] f32 or `post`'s out_dtype), n symbolic; `c` even; `post` as for
+    `matmul_bf16`. The reduction runs over the window and the channels' pairs."""
     from tvm.script import tirx as T
 
     assert c % K_STEP == 0, c

@@ -101,14 +101,16 @@ def fuse(mod, makers: dict, report):
             result = var_of.get(call)
             to_bf16 = result is not None and all(v is not None and _reads_bf16(v, result, readers_of)
                                                  for v in readers.get(result, [None]))  # fmt: skip
-            post = PostOps(residual=r is not None, activation=activation, out_dtype="bfloat16" if to_bf16 else "float32")
+            out_dtype = "bfloat16" if to_bf16 else "float32"
+            post = PostOps(residual=r is not None, activation=activation, out_dtype=out_dtype)
             name = gv.name_hint + post.name()
             if name not in added:
                 added[name] = builder.add_func(makers[gv](post).with_attr("global_symbol", name), name)
             report.post_ops += 1
             report.bf16_outputs += to_bf16
             y = relax.call_tir(added[name], args, relax.TensorType(out_ty.shape, post.out_dtype))
-            y = relax.op.reshape(y, list(call.ty.shape.values)) if core in matched and not p.same_as(matched[core]) else y
+            if core in matched and not p.same_as(matched[core]):
+                y = relax.op.reshape(y, list(call.ty.shape.values))
             return relax.op.astype(y, "float32") if to_bf16 else y  # read in bf16 by the next pass's rewrites
 
         builder = relax.BlockBuilder(mod)  # gives the new kernels' GlobalVars their types
