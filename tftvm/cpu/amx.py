@@ -18,7 +18,7 @@ releases the tiles when done.
 """
 from __future__ import annotations
 
-from .post_ops import PostOps, without_unread_params
+from .post_ops import PostOps, output_dtype, without_unread_params, written
 from .vnni_layout import COLUMN_BLOCK, conv_packed_shape, packed_shape, padded_columns
 
 K_STEP = 32  # bf16 values of k per tile (64 bytes a row)
@@ -90,18 +90,17 @@ def matmul_bf16(k: int, n: int, post: PostOps | None = None):
     from tvm.script import tirx as T
 
     assert k % K_STEP == 0, k
-    out_dtype = post.out_dtype if post is not None else "float32"
+    out_dtype = output_dtype(post)
     configure, zero, load, multiply_2x2, multiply_1x2, store, release = _tiles()
     k_steps, column_blocks, tail = k // K_STEP, padded_columns(n) // COLUMN_BLOCK, n % COLUMN_BLOCK
     a_stride, c_stride, b_stride = T.int64(2 * k), T.int64(4 * n), T.int64(64)  # bytes a row
     fused = post is not None or tail != 0  # the tiles go through `acc`, and the kernel writes C
-    apply = post.apply if post is not None else lambda value, *_: value
     block_stride = T.int64(4 * COLUMN_BLOCK)  # a row of the block's accumulators
 
     @T.macro
     def write(C, Bias, R, acc, row, i, col, width):  # the first `width` columns of the block's row i
         for j in T.vectorized(width):
-            C[row + i, col + j] = apply(acc[i, j], Bias, R, (row + i, col + j))
+            C[row + i, col + j] = written(post, acc[i, j], Bias, R, (row + i, col + j))
 
     @T.prim_func(check_well_formed=False)
     def amx_matmul_bf16(a: T.handle, b: T.handle, bias: T.handle, residual: T.handle, c: T.handle):
@@ -176,7 +175,7 @@ def conv2d_bf16(height: int, width: int, c: int, o: int, window, strides, dilati
     from tvm.script import tirx as T
 
     assert c % K_STEP == 0, c
-    out_dtype = post.out_dtype if post is not None else "float32"
+    out_dtype = output_dtype(post)
     configure, zero, load, multiply_2x2, multiply_1x2, store, release = _tiles()
     (kh, kw), (sh, sw), (dh, dw) = window, strides, dilation
     out_h, out_w = (height - (kh - 1) * dh - 1) // sh + 1, (width - (kw - 1) * dw - 1) // sw + 1
@@ -185,14 +184,13 @@ def conv2d_bf16(height: int, width: int, c: int, o: int, window, strides, dilati
     a_stride, c_stride, b_stride = T.int64(2 * c * sw), T.int64(4 * o), T.int64(64)  # bytes a tile row
     c_steps, tail = c // K_STEP, o % COLUMN_BLOCK
     fused = post is not None or tail != 0  # the tiles go through `acc`, and the kernel writes Y
-    apply = post.apply if post is not None else lambda value, *_: value
     block_stride = T.int64(4 * COLUMN_BLOCK)  # a row of the block's accumulators
 
     @T.macro
     def write(Y, Bias, R, acc, image, top, left, out, half, i, width):  # the first `width` columns of a row
         for j in T.vectorized(width):
-            Y[image, top + half, left + i, out + j] = apply(acc[half * 16 + i, j], Bias, R,
-                                                            (image, top + half, left + i, out + j))
+            Y[image, top + half, left + i, out + j] = written(post, acc[half * 16 + i, j], Bias, R,
+                                                              (image, top + half, left + i, out + j))
 
     @T.prim_func(check_well_formed=False)
     def amx_conv2d_bf16(x: T.handle, w: T.handle, bias: T.handle, residual: T.handle, y: T.handle):

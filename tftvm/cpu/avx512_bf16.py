@@ -24,7 +24,7 @@ buffers of ROWS x 16 floats, which LLVM then keeps in registers.
 """
 from __future__ import annotations
 
-from .post_ops import PostOps, without_unread_params
+from .post_ops import PostOps, output_dtype, without_unread_params, written
 from .vnni_layout import COLUMN_BLOCK, conv_packed_shape, packed_shape, padded_columns
 
 K_STEP = 2  # bf16 values of k per lane
@@ -58,16 +58,13 @@ def _block(rows: int, reduction: int, a_offset, a_row_stride: int, columns: int,
     def dot(acc, r, a, b):
         return T.call_pure_extern("float32x16", _DOT, acc.vload([r, 0], "float32x16"), a, b)
 
-    def result(value, bias, residual, index):
-        return post.apply(value, bias, residual, index) if post is not None else value
-
     @T.macro
     def write(low, high, Bias, R2, Y2, out_row, r, column, width):  # the block's first `width` columns of row r
         for j in T.vectorized(min(width, 16)):
-            Y2[out_row + r, column + j] = result(low[r, j], Bias, R2, (out_row + r, column + j))
+            Y2[out_row + r, column + j] = written(post, low[r, j], Bias, R2, (out_row + r, column + j))
         if width > 16:
             for j in T.vectorized(width - 16):
-                Y2[out_row + r, column + 16 + j] = result(high[r, j], Bias, R2, (out_row + r, column + 16 + j))
+                Y2[out_row + r, column + 16 + j] = written(post, high[r, j], Bias, R2, (out_row + r, column + 16 + j))
 
     @T.macro
     def block(A1, B1, Bias, R2, Y2, a_base, b_base, out_row, column):
@@ -101,7 +98,7 @@ def matmul_bf16(k: int, n: int, post: PostOps | None = None):
     from tvm.script import tirx as T
 
     assert k % K_STEP == 0, k
-    out_dtype = post.out_dtype if post is not None else "float32"
+    out_dtype = output_dtype(post)
     pairs, column_blocks = k // 2, padded_columns(n) // COLUMN_BLOCK
     full, eight, four, two, one = (_block(rows, pairs, lambda base, p: base + p, pairs, n, post)
                                    for rows in (ROWS, 8, 4, 2, 1))
@@ -152,7 +149,7 @@ def conv2d_bf16(height: int, width: int, c: int, o: int, window, strides, dilati
     from tvm.script import tirx as T
 
     assert c % K_STEP == 0, c
-    out_dtype = post.out_dtype if post is not None else "float32"
+    out_dtype = output_dtype(post)
     (kh, kw), (sh, sw), (dh, dw) = window, strides, dilation
     out_h, out_w = (height - (kh - 1) * dh - 1) // sh + 1, (width - (kw - 1) * dw - 1) // sw + 1
     pairs, column_blocks = c // 2, padded_columns(o) // COLUMN_BLOCK

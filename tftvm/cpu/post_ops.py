@@ -51,6 +51,17 @@ class PostOps:
         return value if self.out_dtype == "float32" else T.Cast(self.out_dtype, value)
 
 
+def written(post: PostOps | None, value, bias, residual, index: tuple):
+    """What a kernel writes for accumulator `value` at output `index`: `post` applied, or the
+    value itself by a variant without post-ops."""
+    return value if post is None else post.apply(value, bias, residual, index)
+
+
+def output_dtype(post: PostOps | None) -> str:
+    """The dtype a kernel variant with `post` writes (f32 without post-ops)."""
+    return "float32" if post is None else post.out_dtype
+
+
 def fast_exp(x):
     """exp(x) of a float32 TIR expression as a vectorizable polynomial (the C library's expf,
     which LLVM calls per lane, would cost more than the product's write): x = n ln 2 + r with
