@@ -21,7 +21,7 @@ import numpy as np
 from .graph import whole
 from .graph.frontend import Unsupported
 from .graph.frontend.support import NOT_COMPUTE
-from .graph.lowering import bounded_plan, fold_scales
+from .graph.lowering import bounded_plan, fold_scales, fold_strides
 from .graph.lowering.precision import PrecisionReport, check, to_bf16
 from .graph.offload import control_flow, safety_net
 from .graph.offload.pipeline import offload
@@ -399,7 +399,7 @@ def compile_model(model, input_signature, *, fallback: str = "tf", target=None, 
     mod, fallbacks = whole.to_relax(frozen, _register_tf_runner(frozen), deny)
     precision_report = PrecisionReport()
     if precision == "bf16":  # batch norms' scales folded into the weights first, as optimize's clusters do
-        mod = to_bf16(fold_scales.fold(mod, []), resolve_target(target), precision_report)
+        mod = to_bf16(fold_strides.fold(fold_scales.fold(mod, [])), resolve_target(target), precision_report)
     compiled = _compiled(frozen, fallbacks, mod, resolve_target(target), database=database, specialize=specialize)
     compiled.precision = precision_report
     compiled.body_offloaded = sum(b.offloaded for b in control_flow.flatten(bodies))

@@ -11,6 +11,8 @@ which is what the memory-bound depthwise convs of MobileNetV2 and EfficientNet w
 """
 from __future__ import annotations
 
+from .bindings import readers_and_vars, shape_of, static_dims
+
 
 def fuse(mod, makers: dict, report):
     """`mod` with the bias add after a bf16 product, and a residual add and a ReLU (ReLU6,
@@ -116,29 +118,13 @@ def fuse(mod, makers: dict, report):
         builder = relax.BlockBuilder(mod)  # gives the new kernels' GlobalVars their types
         rewritten = func
         for pattern in (relu | clip | swish, summed, biased):  # the longest chains first
-            var_of, readers = _bindings(rewritten)  # of this pass's input: a rewrite makes new values
+            var_of, readers = readers_and_vars(rewritten)  # of this pass's input: a rewrite makes new values
             rewritten = rewrite_call(pattern, fused, rewritten)
         rewritten = rewrite_call(bf16_read | twice_cast | padded, read_in_bf16, rewritten)
         if not rewritten.same_as(func):
             mod = builder.get()
             mod[func_gv] = rewritten
     return mod
-
-
-def _bindings(func):
-    """(bound value -> its variable, variable -> the values that read it) of `func`; the
-    function's result reads as None."""
-    from tvm import relax
-
-    var_of, readers = {}, {}
-    for block in func.body.blocks:
-        for binding in block.bindings:
-            var_of[binding.value] = binding.var
-            for v in relax.analysis.free_vars(binding.value):
-                readers.setdefault(v, []).append(binding.value)
-    for v in relax.analysis.free_vars(func.body.body):
-        readers.setdefault(v, []).append(None)
-    return var_of, readers
 
 
 def _reads_bf16(reader, var, readers_of) -> bool:
@@ -174,16 +160,3 @@ def _same_shape(a, b) -> bool:
         return False
     analyzer = Analyzer()
     return all(analyzer.can_prove_equal(d, e) for d, e in zip(x, y))
-
-
-def static_dims(dims) -> list | None:
-    """`dims` as ints, or None where one is symbolic."""
-    from tvm import tirx
-
-    return [int(d.value) for d in dims] if all(isinstance(d, tirx.IntImm) for d in dims) else None
-
-
-def shape_of(expr):
-    """The dims of a tensor-typed Relax expression, or None where they are not known."""
-    shape = getattr(expr.ty, "shape", None)
-    return list(shape.values) if shape is not None and hasattr(shape, "values") else None

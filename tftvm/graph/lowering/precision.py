@@ -23,7 +23,7 @@ import dataclasses
 import logging
 
 from . import post_op_fusion
-from .post_op_fusion import shape_of, static_dims
+from .bindings import shape_of, static_dims
 
 log = logging.getLogger(__name__)
 

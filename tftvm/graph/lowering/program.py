@@ -21,13 +21,14 @@ def fuse(mod, merged: str | None = None):
     """Legalize and fuse a Relax module with TVM's CPU legalization passes (relax.backend.
     cpu_generic), its LegalizeOps given tftvm's own legalizations where TVM's are wrong or slow
     on CPU: NaNs passed on as TF does, conv and matmul weights packed, vector transcendentals.
-    A zero pad before a conv is first folded into the conv (fold_pads). The function named
+    A zero pad before a conv is first folded into the conv (fold_pads), and the stride of a
+    strided 1x1 conv moved up into the ops before it (fold_strides). The function named
     `merged` becomes a few large kernels (see `_group_whole`)."""
     import tvm
     from tvm import relax
     from tvm.relax.backend.cpu_generic import legalize_passes
 
-    from . import fast_math, fold_pads, nans, pack_weights
+    from . import fast_math, fold_pads, fold_strides, nans, pack_weights
 
     legalize = relax.transform.LegalizeOps(customize_legalize_map={
         **pack_weights.legalize_map(), **nans.legalize_map(), **fast_math.legalize_map()})
@@ -36,7 +37,7 @@ def fuse(mod, merged: str | None = None):
     seq = tvm.transform.Sequential
     # Bindings of one variable to another (a converted Identity, say) are nodes FuseOps cannot
     # look through: with them no conv takes its bias, batch norm and ReLU, nor the pad before it.
-    mod = fold_pads.fold(relax.transform.CanonicalizeBindings()(mod))
+    mod = fold_strides.fold(fold_pads.fold(relax.transform.CanonicalizeBindings()(mod)))
     mod = seq(passes)(mod)
     grouped = _group_whole(mod, merged, CALLS_PER_KERNEL) if merged is not None else None
     if grouped is not None:
@@ -152,12 +153,12 @@ class RelaxProgram:
 
         from ...kernel import resolve_target
         from ...op import op
-        from . import fold_scales, pack_weights
+        from . import fold_scales, fold_strides, pack_weights
         from .precision import PrecisionReport, to_bf16
 
         self.name = name
         self.params = list(mod["main"].params)
-        mod = fold_scales.fold(mod, sorted(weights))
+        mod = fold_strides.fold(fold_scales.fold(mod, sorted(weights)))
         self.precision = PrecisionReport()
         if precision == "bf16":
             mod = to_bf16(mod, resolve_target(target), self.precision, sorted(weights))
