@@ -36,6 +36,31 @@ def test_constant_weights_are_packed_by_the_schedules_tile_width(co, width, rng)
     assert weight_shapes(fuse(conv_module(weights))) == [(co // width, 3, 3, 16, width)]
 
 
+def test_weights_computed_from_constants_alone_are_packed_once(rng):
+    """A frozen graph's batch norm scale folded into the conv's weights (fold_scales) makes
+    them `w * s`, constants that FoldConstant folds only after legalization: they are packed
+    all the same, and the packing is folded with them."""
+    weights = rng.standard_normal((3, 3, 16, 64)).astype(np.float32)
+    scale = rng.standard_normal(64).astype(np.float32)
+    bb = relax.BlockBuilder()
+    x = relax.Var("x", relax.TensorType((tirx.Var("n", "int64"), 8, 8, 16), "float32"))
+    with bb.function("main", [x]):
+        with bb.dataflow():
+            w = bb.emit(relax.op.multiply(relax.const(weights), relax.const(scale)))
+            y = bb.emit(relax.op.nn.conv2d(x, w, padding=1, data_layout="NHWC", kernel_layout="HWIO"))
+            out = bb.emit_output(relax.op.nn.relu(y))
+        bb.emit_func_output(out)
+    fused = fuse(bb.get())
+    assert weight_shapes(fused) == [(2, 3, 3, 16, 32)]
+    kernels = [gv.name_hint for gv, f in fused.functions.items() if isinstance(f, tirx.PrimFunc)]
+    assert not any("pack" in name or "multiply" in name for name in kernels), kernels  # folded at compile time
+    ex = tvm.compile(fused, target="llvm")
+    vm = relax.VirtualMachine(ex, tvm.cpu())
+    data = rng.standard_normal((2, 8, 8, 16)).astype(np.float32)
+    want = tf.nn.relu(tf.nn.conv2d(data, weights * scale, 1, "SAME")).numpy()
+    np.testing.assert_allclose(vm["main"](tvm.runtime.tensor(data)).numpy(), want, rtol=1e-4, atol=1e-4)
+
+
 @pytest.mark.parametrize("why, module", [
     ("weights computed at run time", lambda w: conv_module(w, constant=False)),
     ("grouped conv", lambda w: conv_module(w[:, :, :8], groups=2)),

@@ -6,7 +6,9 @@ at a 2 KB stride for 512 channels, and the rest of each row waits for other tile
 When the weights are cold (a model's are: ResNet50's do not fit in cache) that stride
 costs more than the arithmetic. Packed as [C_out / width, KH, KW, C_in, width] with the
 schedule's tile width, each tile streams its weights contiguously. The packing is a
-constant expression, so Relax's FoldConstant does it once, at compile time. Weights that are
+constant expression, so Relax's FoldConstant does it once, at compile time; so are weights
+computed from constants alone (a frozen graph's batch norm scale folded into them by
+fold_scales), which FoldConstant folds with their packing. Weights that are
 variables held still between calls (enable()'s inference graphs, memoized) are packed by
 `pack_prepared`, in the preparation that runs once.
 
@@ -32,7 +34,7 @@ def _conv2d(bb, call):
 
     default = tvm.ir.Op.get("relax.nn.conv2d").get_attr("FLegalize")
     # Weights computed at run time are not packed here: that would be a pass per call.
-    width = _packable(call) if isinstance(call.args[1], tvm.ir.expr.Constant) else None
+    width = _packable(call) if from_constants(bb, call.args[1]) else None
     if width is None:
         return default(bb, call)
     return _packed_conv(bb, call, call.args[0], call.args[1], width)
@@ -52,10 +54,30 @@ def _matmul(bb, call):
     import tvm
 
     default = tvm.ir.Op.get("relax.matmul").get_attr("FLegalize")
-    tiles = _matmul_tiles(call) if isinstance(call.args[1], tvm.ir.expr.Constant) else None
+    tiles = _matmul_tiles(call) if from_constants(bb, call.args[1]) else None
     if tiles is None:
         return default(bb, call)
     return _packed_matmul(bb, call, call.args[0], call.args[1], *tiles)
+
+
+def from_constants(bb, expr, seen=None) -> bool:
+    """Whether `expr` is a constant or computed from constants alone (by bindings that
+    `bb` knows: a batch norm's scale folded into a frozen graph's weights, fold_scales), so
+    that FoldConstant, after legalization, folds its packing with it: packed once, at compile
+    time."""
+    from tvm import relax
+
+    seen = {} if seen is None else seen
+    if not isinstance(expr, relax.Var):
+        return all(from_constants(bb, v, seen) for v in relax.analysis.free_vars(expr))
+    if expr not in seen:
+        seen[expr] = False  # a param, or a var bb has no binding of
+        try:
+            value = bb.lookup_binding(expr)
+        except Exception:  # TVM raises its own error types for a var it has no binding of
+            value = None
+        seen[expr] = value is not None and from_constants(bb, value, seen)
+    return seen[expr]
 
 
 def _packed_matmul(bb, call, data, weights, padded: int, width: int):
