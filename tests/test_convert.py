@@ -255,6 +255,25 @@ def test_a_zero_pad_before_a_strided_depthwise_conv_is_the_convs_own_padding(fil
     assert any(n.endswith("clip") for n in names) == (fill == 0.0), names
 
 
+@pytest.mark.parametrize("activation", ["relu", "relu6", "none"])
+def test_a_zero_pad_before_a_max_pool_of_values_never_negative_is_the_pools_own_padding(activation, rng):
+    """ResNet's ZeroPadding2D then its first MaxPooling2D: after a ReLU (or ReLU6) the zeros
+    never win a window, so the pad folds into the pool's own (-inf) padding and no kernel
+    writes a padded copy; before values that can be negative, the zeros can win and the pad stays."""
+    act = {"relu": tf.nn.relu, "relu6": tf.nn.relu6, "none": tf.identity}[activation]
+
+    def fn(x, w, b):
+        y = tf.pad(act(tf.nn.conv2d(x, w, 1, "SAME") + b), [[0, 0], [1, 1], [1, 1], [0, 0]])
+        return tf.nn.max_pool2d(y, 3, 2, "VALID")
+
+    shapes = [(2, 9, 9, 4), (1, 1, 4, 16), (16,)]
+    feed = [rng.standard_normal(s).astype(F) for s in shapes]
+    feed[2] -= 2.0  # most values negative: the zeros would win the border windows
+    program = check_converter(fn, [tf.TensorSpec(s, F) for s in shapes], [feed], "MaxPool")
+    names = [k.name.split("/")[-1] for k in program.kernels]
+    assert (not any("pad" in n for n in names)) == (activation != "none"), names
+
+
 def test_table_covers_every_case():
     assert {c.split("/")[0] for c in CASES} <= set(CONVERTERS)
 
