@@ -22,23 +22,23 @@ def folded(monkeypatch):
     return modules
 
 
-def convs(mod) -> list[tuple[int, tuple]]:
-    """(kernel height, strides) of every conv2d in `mod`'s Relax functions."""
-    found = []
-    for func in mod.functions.values():
-        if isinstance(func, relax.Function):
-            relax.analysis.post_order_visit(func, lambda e: found.append(e) if isinstance(e, relax.Call) and getattr(
-                e.op, "name", "") == "relax.nn.conv2d" else None)  # fmt: skip
-    return [(int(c.args[1].ty.shape[0]), tuple(int(s) for s in c.attrs.strides)) for c in found]
-
-
-def op_count(mod, name: str) -> int:
+def calls(mod, name: str) -> list:
+    """The calls of op `name` in `mod`'s Relax functions."""
     found = []
     for func in mod.functions.values():
         if isinstance(func, relax.Function):
             relax.analysis.post_order_visit(func, lambda e: found.append(e) if isinstance(e, relax.Call) and getattr(
                 e.op, "name", "") == name else None)  # fmt: skip
-    return len(found)
+    return found
+
+
+def convs(mod) -> list[tuple[int, tuple]]:
+    """(kernel height, strides) of every conv2d in `mod`'s Relax functions."""
+    return [(int(c.args[1].ty.shape[0]), tuple(int(s) for s in c.attrs.strides)) for c in calls(mod, "relax.nn.conv2d")]
+
+
+def op_count(mod, name: str) -> int:
+    return len(calls(mod, name))
 
 
 def transition(rng, kernel, padding, dilation, strides, residual, c=8):
