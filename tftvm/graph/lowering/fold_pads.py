@@ -15,6 +15,8 @@ exceed.
 """
 from __future__ import annotations
 
+from .bindings import readers_and_vars
+
 
 def fold(mod):
     """`mod` with each conv2d whose input is a constant zero pad along H and W (NHWC) reading
@@ -54,7 +56,7 @@ def fold(mod):
     for gv, func in mod.functions.items():
         if isinstance(func, relax.Function):
             convs_folded = rewrite_call(pattern, folded, func)
-            var_of = {b.value: b.var for block in convs_folded.body.blocks for b in block.bindings}
+            var_of = readers_and_vars(convs_folded)[0]
             rewritten[gv] = rewrite_call(pooled, pool_folded, convs_folded)
     changed = {gv: func for gv, func in rewritten.items() if not func.same_as(mod[gv])}
     if not changed:

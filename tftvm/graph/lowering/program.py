@@ -158,10 +158,10 @@ class RelaxProgram:
 
         self.name = name
         self.params = list(mod["main"].params)
-        mod = fold_strides.fold(fold_scales.fold(mod, sorted(weights)))
+        mod = fold_scales.fold(mod, sorted(weights))
         self.precision = PrecisionReport()
-        if precision == "bf16":
-            mod = to_bf16(mod, resolve_target(target), self.precision, sorted(weights))
+        if precision == "bf16":  # strides moved before the products become bf16 kernels (fuse does it for f32)
+            mod = to_bf16(fold_strides.fold(mod), resolve_target(target), self.precision, sorted(weights))
         if memoize_weights:
             mod = pack_weights.pack_prepared(mod, sorted(weights))
         lifted = _lift_weights(mod, sorted(weights)) if weights else None
