@@ -5,7 +5,8 @@ times, interleaved, with the safety net off so that TVM runs everything it compi
   TF                    the Keras model in a tf.function
   optimize, TF pool     tftvm.optimize, its kernels' parallel loops on TF's intra-op pool (the default)
   optimize, TVM pool    the same graph, its loops on TVM's own pool (tftvm.native.use_tf_threads(False))
-  compile_model         the whole model on TVM's VM (its loops on TVM's pool)
+  compile_model         the whole model on TVM's VM, its loops on tftvm's launcher (the default)
+  compile_model, TVM pool   the same VM, its loops on TVM's own pool
 first on a quiet machine, then while a second process spins on core 0. The table gives each
 way's milliseconds, its ratio to TF in the same condition, and its busy/quiet slowdown.
 
@@ -31,17 +32,18 @@ def ways(model, signature) -> dict:
     import tftvm
     from tftvm import native
 
-    optimized = tftvm.optimize(model, signature, keep_faster=False)
-
-    def on_pool(tf_pool: bool):
+    def on_pool(run, tf_pool: bool):
         def call(x):
             native.use_tf_threads(tf_pool)
-            return optimized(x)
+            return run(x)
 
         return call
 
-    return {"TF": tf.function(model), "optimize, TF pool": on_pool(True), "optimize, TVM pool": on_pool(False),
-            "compile_model": tftvm.compile_model(model, signature, keep_faster=False)}  # fmt: skip
+    optimized = tftvm.optimize(model, signature, keep_faster=False)
+    compiled = tftvm.compile_model(model, signature, keep_faster=False)
+    return {"TF": tf.function(model), "optimize, TF pool": on_pool(optimized, True),
+            "optimize, TVM pool": on_pool(optimized, False), "compile_model": on_pool(compiled, True),
+            "compile_model, TVM pool": on_pool(compiled, False)}  # fmt: skip
 
 
 def timed(calls: dict, x, repeats: int) -> dict:

@@ -112,3 +112,46 @@ def test_tvm_workers_sleep_soon_after_a_call():
     proc = run_python(SPIN, env={"TVM_THREAD_POOL_SPIN_COUNT": None})
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert float(proc.stdout.split("IDLE_CPU_MS")[1]) < 50
+
+
+VM_LOOPS = """
+import tensorflow as tf
+tf.config.threading.set_intra_op_parallelism_threads(2)
+import tempfile, numpy as np, keras, tftvm, tvm_ffi
+loops = tvm_ffi.get_global_func("tftvm.loops_launched")
+tftvm.native.use_tf_threads({shared})
+keras.utils.set_random_seed(0)
+model = keras.Sequential([keras.Input((16, 16, 8)), keras.layers.Conv2D(64, 3, padding="same", activation="relu"),
+                          keras.layers.Conv2D(64, 1)])
+compiled = tftvm.compile_model(model, [tf.TensorSpec([None, 16, 16, 8])], keep_faster=False)
+x = np.random.default_rng(0).standard_normal((4, 16, 16, 8)).astype(np.float32)
+before = loops()
+y = compiled(x).numpy()
+after_vm = loops()
+path = tempfile.mkdtemp()
+compiled.export(path)
+z = tftvm.load_model(path)(x).numpy()
+np.save(path + "/y.npy", y); np.save(path + "/z.npy", z); np.save(path + "/want.npy", model(x).numpy())
+print("LOOPS", after_vm - before, loops() - after_vm, "DIR", path)
+"""
+
+
+def test_compile_model_loops_on_the_shared_launcher():
+    """compile_model's VM, compiled here or loaded from an export, runs its parallel loops on
+    tftvm's launcher (vm_threads.py), and on TVM's pool after use_tf_threads(False); the
+    results agree to the bit and with Keras."""
+    results = {}
+    for shared in (True, False):
+        proc = run_python(VM_LOOPS.format(shared=shared))
+        assert proc.returncode == 0, proc.stderr[-3000:]
+        counts, path = proc.stdout.split("LOOPS")[1].split("DIR")
+        compiled_loops, loaded_loops = (int(c) for c in counts.split())
+        if shared:
+            assert compiled_loops > 0 and loaded_loops > 0
+        else:
+            assert compiled_loops == loaded_loops == 0
+        y, z, want = (np.load(f"{path.strip()}/{n}.npy") for n in ("y", "z", "want"))
+        np.testing.assert_allclose(y, want, rtol=1e-5, atol=1e-5)
+        np.testing.assert_array_equal(y, z)
+        results[shared] = y
+    np.testing.assert_array_equal(results[True], results[False])

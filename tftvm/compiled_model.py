@@ -18,6 +18,7 @@ from pathlib import Path
 
 import numpy as np
 
+from . import vm_threads
 from .graph import whole
 from .graph.frontend import Unsupported
 from .graph.frontend.support import NOT_COMPUTE
@@ -61,13 +62,13 @@ class CompiledModel:
         self.fallbacks = fallbacks
         self.target = target
         self._executable = executable
-        self._vm = relax.VirtualMachine(executable, tvm.cpu())
+        self._vm = relax.VirtualMachine(_loaded(executable), tvm.cpu())
         # Calls whose `None` dims fit bounded_plan.UPPER_BOUND run the entry planned for them.
         self._bounded = _has_function(self._vm, bounded_plan.BOUNDED_ENTRY)
         # Calls whose input shapes are exactly a static program's run it instead of the general one.
         self.statics = {p.shapes: p for p in statics}
         for program in statics:
-            program.vm = relax.VirtualMachine(program.executable, tvm.cpu())
+            program.vm = relax.VirtualMachine(_loaded(program.executable), tvm.cpu())
         self._relax = self.tvm_target = None  # the TVM IR and target, where compiled here (to rebuild)
         self.tuned_kernels = 0  # kernels of the general program with a tuned schedule
         self.precision = PrecisionReport()  # what precision="bf16" moved to bf16 units, where compiled here
@@ -170,7 +171,7 @@ class CompiledModel:
         with self._lock:
             start = time.perf_counter()
             try:
-                result = vm[entry](*args)
+                result = vm_threads.call(vm[entry], *args)
             except Exception as err:
                 if "match_cast error" not in str(err):
                     raise
@@ -436,8 +437,8 @@ def load_model(path) -> CompiledModel:
         if _sha256(library) != entry["library_sha256"]:
             raise ValueError(f"{library} does not match the SHA-256 in its manifest; refusing to load it")
         shapes = tuple(tuple(s) for s in entry["shapes"])
-        statics.append(StaticProgram(shapes, tvm.runtime.load_module(str(library)), entry["kernels"], entry["tuned"]))
-    compiled = CompiledModel(frozen, fallbacks, tvm.runtime.load_module(str(path / LIBRARY)), manifest["target"], statics)
+        statics.append(StaticProgram(shapes, vm_threads.load(library), entry["kernels"], entry["tuned"]))
+    compiled = CompiledModel(frozen, fallbacks, vm_threads.load(path / LIBRARY), manifest["target"], statics)
     compiled.tuned_kernels = manifest.get("tuned_kernels", 0)
     if manifest.get("timing"):
         compiled.timing = safety_net.Timing(manifest["timing"]["tvm_seconds"], manifest["timing"]["tf_seconds"], cached=True)
@@ -535,6 +536,14 @@ def _fused_and_scheduled(mod, target, database=None) -> tuple:
     last = tirx.PrimFunc([], tirx.Evaluate(tirx.IntImm("int32", 0)))
     mod[NOALIAS_LAST] = last.with_attrs({"global_symbol": NOALIAS_LAST, "tirx.noalias": True})
     return mod, len(kernels), len(tuned)
+
+
+def _loaded(executable):
+    """What the VM runs: `tvm.compile`'s executable loaded as a library of its own (its loops
+    on tftvm's launcher, vm_threads.py), a library load_model loaded as it is."""
+    import tvm
+
+    return vm_threads.loaded(executable) if isinstance(executable, tvm.runtime.Executable) else executable
 
 
 def _sha256(path: Path) -> str:

@@ -207,7 +207,8 @@ def use_tf_threads(enabled: bool = True) -> None:
     pool. TF's pool is shared with TF's kernels and hands each thread several small tasks, so a
     core taken by another process slows a loop by its share; TVM's pool splits a loop into one
     part per thread, fixed, and each TF thread that calls tftvm ops has a pool of its own
-    (tf_threads.h). compile_model's VM, called from Python, always runs on TVM's pool."""
+    (tf_threads.h). compile_model's VM runs its loops on the same launcher with a pool of
+    tftvm's (vm_threads.py), or on TVM's pool where this is False."""
     import tvm_ffi
 
     load()

@@ -13,6 +13,9 @@
 #include <cstring>
 #include <memory>
 
+#include <tvm/ffi/function.h>
+
+#include "tsl/platform/env.h"
 #include "tsl/platform/mutex.h"
 
 namespace tftvm {
@@ -40,23 +43,47 @@ constexpr auto kCallerWait = std::chrono::milliseconds(5);
 std::atomic<ParallelLaunch> g_tvm_launch{nullptr};  // TVM's own launcher, as its loader set it
 std::atomic<bool> g_enabled{true};                  // false: every loop on TVM's pool
 std::atomic<int> g_max_threads{0};
+std::atomic<int64_t> g_loops{0};  // loops this launcher has run
 thread_local tsl::thread::ThreadPool* t_pool = nullptr;
 
-// One parallel loop in flight. Its caller and the helpers claim tasks from `next`; the
-// caller returns once `done` reaches the task count. A helper that comes after every task
-// is claimed finds nothing to do, so the caller never waits for a helper held up elsewhere.
+// One parallel loop in flight. Its tasks are cut into one block of consecutive tasks per
+// worker (the caller is worker 0, helpers number themselves as they join), and a worker
+// takes the tasks of its own block first, then whatever is left in the others': on a quiet
+// machine each thread works on the same part of the data from one loop to the next, as
+// TVM's pool has it (the part it wrote stays in its core's cache), and a thread held up by
+// a neighbour leaves its remaining tasks to the others. The caller returns once `done`
+// reaches the task count; a helper that comes after every task is claimed finds nothing to
+// do, so the caller never waits for a helper held up elsewhere.
 struct Loop {
+  struct alignas(64) Block {  // a cache line each: workers claim from their own
+    std::atomic<int> next{0};
+    int end = 0;
+  };
+
+  Loop(ParallelLambda lambda, void* cdata, int num_task, int workers)
+      : lambda(lambda), cdata(cdata), env{nullptr, num_task}, workers(workers), blocks(new Block[workers]) {
+    for (int w = 0; w < workers; ++w) {
+      blocks[w].next.store(static_cast<int>(int64_t{num_task} * w / workers));
+      blocks[w].end = static_cast<int>(int64_t{num_task} * (w + 1) / workers);
+    }
+  }
+
   ParallelLambda lambda;
   void* cdata;
   ParallelGroupEnv env;
-  std::atomic<int> next{0}, done{0}, failed{0};
+  int workers;
+  std::unique_ptr<Block[]> blocks;
+  std::atomic<int> joined{1}, done{0}, failed{0};
   tsl::mutex mu;
   tsl::condition_variable finished;
 
-  void Work() {
+  void Work(int home) {
     int ran = 0;
-    for (int task; (task = next.fetch_add(1)) < env.num_task; ++ran) {
-      if (lambda(task, &env, cdata) != 0) failed.store(1);
+    for (int i = 0; i < workers; ++i) {
+      Block& block = blocks[(home + i) % workers];
+      for (int task; (task = block.next.fetch_add(1)) < block.end; ++ran) {
+        if (lambda(task, &env, cdata) != 0) failed.store(1);
+      }
     }
     if (ran > 0 && done.fetch_add(ran) + ran == env.num_task) {
       tsl::mutex_lock lock(mu);
@@ -98,7 +125,7 @@ void Help() {
       continue;
     }
     seen = generation;
-    if (std::shared_ptr<Loop> loop = std::atomic_load(&g_current)) loop->Work();
+    if (std::shared_ptr<Loop> loop = std::atomic_load(&g_current)) loop->Work(loop->joined.fetch_add(1) % loop->workers);
   }
 }
 
@@ -108,11 +135,10 @@ int LaunchOnTfThreads(ParallelLambda lambda, void* cdata, int num_task) {
     return g_tvm_launch.load()(lambda, cdata, num_task);
   }
   int threads = std::max(1, pool->NumThreads());
-  auto loop = std::make_shared<Loop>();
-  loop->lambda = lambda;
-  loop->cdata = cdata;
-  loop->env = {nullptr, num_task > 0 ? num_task : threads * kTasksPerThread};
-  int workers = std::min(threads, loop->env.num_task);
+  g_loops.fetch_add(1, std::memory_order_relaxed);
+  if (num_task <= 0) num_task = threads * kTasksPerThread;
+  int workers = std::min(threads, num_task);
+  auto loop = std::make_shared<Loop>(lambda, cdata, num_task, workers);
   for (int seen = g_max_threads.load(); workers > seen && !g_max_threads.compare_exchange_weak(seen, workers);) {
   }
   if (workers > 1) {
@@ -123,7 +149,7 @@ int LaunchOnTfThreads(ParallelLambda lambda, void* cdata, int num_task) {
       pool->Schedule(Help);
     }
   }
-  loop->Work();
+  loop->Work(0);
   loop->Wait();
   if (loop->failed.load()) {
     TVMFFIErrorSetRaisedFromCStr("RuntimeError", "a task of a TVM parallel loop failed");
@@ -165,8 +191,26 @@ ParallelScope::~ParallelScope() { t_pool = outer_; }
 
 int MaxLoopThreads() { return g_max_threads.load(); }
 
+tsl::thread::ThreadPool* OwnPool(int threads) {
+  // Never destroyed: helpers may still be leaving it when the process exits.
+  static tsl::thread::ThreadPool* pool =
+      new tsl::thread::ThreadPool(tsl::Env::Default(), "tftvm_loops", std::max(1, threads));
+  return pool;
+}
+
 TVM_FFI_STATIC_INIT_BLOCK() {
-  tvm::ffi::reflection::GlobalDef().def("tftvm.set_tf_threads", [](bool enabled) { g_enabled.store(enabled); });
+  tvm::ffi::reflection::GlobalDef()
+      .def("tftvm.set_tf_threads", [](bool enabled) { g_enabled.store(enabled); })
+      .def("tftvm.loops_launched", []() -> int64_t { return g_loops.load(); })
+      .def("tftvm.use_tf_threads_for_library",
+           [](tvm::ffi::String path) { UseTfThreads(std::string(path)); })
+      // (threads, function, *args): function(*args) with its parallel loops on OwnPool(threads).
+      .def_packed("tftvm.call_on_shared_threads", [](tvm::ffi::PackedArgs args, tvm::ffi::Any* result) {
+        int threads = args[0].cast<int>();
+        tvm::ffi::Function function = args[1].cast<tvm::ffi::Function>();
+        ParallelScope scope(OwnPool(threads));
+        function.CallPacked(args.Slice(2), result);
+      });
 }
 
 }  // namespace tftvm

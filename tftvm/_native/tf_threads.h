@@ -11,7 +11,10 @@
 // and a core taken by a neighbour costs a loop that core's share only. Helpers stay a short
 // while for the next loop (a model's kernels follow each other microseconds apart) and then
 // give their thread back to TF. Outside a TvmCall (compile_model's VM, a call from Python)
-// the loop goes to TVM's pool as before.
+// the loop goes to TVM's pool unless the caller opens a ParallelScope of its own:
+// compile_model's VM runs from Python inside one (tftvm.call_on_shared_threads) on a pool
+// of tftvm's, OwnPool, with the same launcher, so a busy core costs the VM's loops its
+// share only, as it costs a TvmCall's.
 #pragma once
 
 #include <string>
@@ -36,6 +39,10 @@ class ParallelScope {
  private:
   tsl::thread::ThreadPool* outer_;
 };
+
+// A process-wide pool of `threads` threads for loops called outside TF's executor, made on
+// first use (a later call's `threads` is ignored).
+tsl::thread::ThreadPool* OwnPool(int threads);
 
 // The most threads one parallel loop of a TvmCall has run on in this process.
 int MaxLoopThreads();
