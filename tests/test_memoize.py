@@ -112,17 +112,19 @@ def test_under_enable_batch_norm_statistics_changed_after_the_first_call_show(rn
 
 def test_batch_norm_folds_into_the_conv_weights_on_every_path(rng):
     """conv (+ bias) then batch norm: the scale goes into the weights (fold_scales), frozen
-    (optimize: constants) or not (enable: variables, lifted out of the activation kernels)."""
+    (optimize, compile_model: constants) or not (enable: variables, lifted out of the
+    activation kernels). TF's freezing leaves the depthwise conv's scale as a multiply."""
     model = bn_model()
     x = rng.standard_normal((2, 8, 8, 3)).astype(np.float32)
     want = model(x, training=False)
-    kernels = []
-    optimized = tftvm.optimize(tf.function(lambda x: model(x, training=False), autograph=False),
-                               [tf.TensorSpec([2, 8, 8, 3])], keep_faster=False)  # fmt: skip
+    predict = tf.function(lambda x: model(x, training=False), autograph=False)
+    optimized = tftvm.optimize(predict, [tf.TensorSpec([2, 8, 8, 3])], keep_faster=False)
+    compiled = tftvm.compile_model(predict, [tf.TensorSpec([None, 8, 8, 3])], keep_faster=False)
     np.testing.assert_allclose(optimized(x), want, rtol=1e-5, atol=1e-5)
-    kernels += [k.name for k in optimized.kernels()]
-    convs = [k for k in kernels if "conv2d" in k]
-    assert len(convs) == 2 and not any("multiply" in k for k in convs), kernels
+    np.testing.assert_allclose(compiled(x), want, rtol=1e-5, atol=1e-5)
+    for kernels in ([k.name for k in optimized.kernels()], [n for n, _ in compiled.static_kernels([[(2, 8, 8, 3)]])]):
+        convs = [k for k in kernels if "conv2d" in k]
+        assert len(convs) == 2 and not any("multiply" in k for k in convs), kernels
 
 
 def conv_bias_bn(x, w, bias, scale, offset, mean, variance):

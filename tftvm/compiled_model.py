@@ -399,8 +399,11 @@ def compile_model(model, input_signature, *, fallback: str = "tf", target=None, 
                               + "; ".join(f"{fb.op} ({fb.node}): {fb.reason}" for fb in needed))  # fmt: skip
     mod, fallbacks = whole.to_relax(frozen, _register_tf_runner(frozen), deny)
     precision_report = PrecisionReport()
-    if precision == "bf16":  # batch norms' scales folded into the weights first, as optimize's clusters do
-        mod = to_bf16(fold_strides.fold(fold_scales.fold(mod, [])), resolve_target(target), precision_report)
+    # Batch norms' scales that TF's freezing left after a conv (a depthwise conv's) folded into
+    # its weights, as optimize's clusters have them: no multiply per output in the conv's epilogue.
+    mod = fold_scales.fold(mod, [])
+    if precision == "bf16":
+        mod = to_bf16(fold_strides.fold(mod), resolve_target(target), precision_report)
     compiled = _compiled(frozen, fallbacks, mod, resolve_target(target), database=database, specialize=specialize)
     compiled.precision = precision_report
     compiled.body_offloaded = sum(b.offloaded for b in control_flow.flatten(bodies))
