@@ -65,6 +65,11 @@ CASES = {
     "IdentityN": (lambda x, y: tf.raw_ops.IdentityN(input=[x * 2.0, y])[0] + 1.0, [(3,), (2,)]),
     "GatherV2": (lambda x: tf.gather(x, [2, 0, 2], axis=1), [(3, 4)]),
     "StridedSlice": (lambda x: x[1:, ::2] + x[:1, 1:3], [(3, 4)]),
+    # Rotary embeddings' x[..., None, :] and x[None, ..., 1:]; a shrunk axis beside new ones.
+    "StridedSlice/ellipsis": (lambda x: x[..., None, :] + x[None, ..., 1:2, tf.newaxis, ::-1], [(2, 3, 4)]),
+    "StridedSlice/new_axis": (lambda x: x[tf.newaxis, 1, :, tf.newaxis] * x[:, None, 2:], [(3, 4)]),
+    "All": (lambda x: tf.cast(tf.reduce_all(x > -0.5, axis=1), F) + tf.cast(tf.reduce_all(x > 9.0), F), [(3, 4)]),
+    "Any": (lambda x: tf.cast(tf.reduce_any(x > 0.5, axis=[0], keepdims=True), F), [(3, 4)]),
     "Einsum": (lambda q, k: tf.einsum("bqhd,bkhd->bhqk", q, k), [(2, 3, 4, 5), (2, 6, 4, 5)]),
     "Einsum/ellipsis": (lambda a, b: tf.einsum("...ij,...jk->...ik", a, b), [(2, 3, 4), (2, 4, 5)]),
     "BiasAdd/NCHW": (lambda x, b: tf.nn.bias_add(x, b, data_format="NCHW"), [(2, 3, 4, 4), (3,)]),
@@ -185,10 +190,67 @@ def test_fill_and_split_over_a_symbolic_dim(rng):
         np.testing.assert_allclose(program(x).numpy(), fn(x).numpy(), rtol=1e-6)
 
 
-def test_shape_value_as_cluster_output_is_unsupported():
-    nodes, inputs, outputs, _ = graph_of(lambda x: tf.shape(x), [(None, 3)])
-    with pytest.raises(Unsupported, match="cluster output is a shape value"):
+def repeat_heads(x):
+    """keras_hub's grouped-query attention repeats keys and values as ops.repeat does:
+    a Reshape to a shape computed from tf.shape(x) by Mul, ExpandDims, ConcatV2 and Pack."""
+    shape = tf.shape(x)
+    tiled = tf.tile(tf.expand_dims(x, 3), [1, 1, 1, 2, 1])
+    heads = tf.expand_dims(shape[2] * 2, 0)
+    return tf.reshape(tiled, tf.concat([shape[:2], heads, shape[3:]], 0))
+
+
+@pytest.mark.parametrize("fn, ops", [
+    (repeat_heads, {"Mul", "ExpandDims", "ConcatV2"}),
+    (lambda x: tf.reshape(x, [tf.shape(x)[0] * 2, -1, (tf.shape(x)[2] + 4) // 4]), {"Mul", "AddV2", "FloorDiv"}),
+    (lambda x: tf.reshape(x, tf.concat([tf.shape(x)[:1], tf.reshape(tf.maximum(tf.shape(x)[1] - 1, 2) * 6, [1]), [8]], 0)),
+     {"Sub", "Maximum", "Reshape"}),
+    (lambda x: tf.reshape(x, tf.cast(tf.cast(tf.shape(x), tf.int64) // [1, 1, 4, 1] * [1, 1, 1, 4], tf.int32)),
+     {"Cast", "FloorDiv"}),
+], ids=["repeat_heads", "mul_add_floordiv", "sub_maximum_scalar", "cast_int64"])  # fmt: skip
+def test_shape_arithmetic_converts(fn, ops, rng):
+    """Shape values through Mul, Add, Sub, FloorDiv, Maximum (with constants, scalars
+    broadcast), ExpandDims, Cast and Reshape stay dims: the Reshape converts, with a None dim."""
+    nodes, inputs, outputs, op_types = graph_of(fn, [(None, 3, 4, 8)])
+    assert ops | {"Shape"} <= op_types
+    program = RelaxProgram(to_relax(nodes, inputs, outputs), name="shape_arithmetic")
+    for n in (2, 5):
+        x = tf.constant(rng.standard_normal((n, 3, 4, 8)).astype(F))
+        np.testing.assert_array_equal(program(x).numpy(), fn(x).numpy())
+
+
+def test_shape_arithmetic_with_a_computed_tensor_is_unsupported():
+    nodes, inputs, outputs, _ = graph_of(lambda x, k: tf.reshape(x, tf.shape(x) * tf.cast(k, tf.int32)),
+                                         [(None, 4), (2,)])  # fmt: skip
+    with pytest.raises(Unsupported, match="must be a constant"):
         to_relax(nodes, inputs, outputs)
+
+
+def test_a_shape_value_read_outside_names_its_producer():
+    """A shape value cannot leave a cluster (it is dims, not a tensor): the node that makes it
+    is refused by name, so the partitioner keeps it in TF and clusters the rest again."""
+    nodes, inputs, outputs, _ = graph_of(lambda x: (x * 2.0, tf.shape(x)), [(None, 3)])
+    with pytest.raises(Unsupported, match="is a shape value that TF nodes outside the cluster read") as raised:
+        to_relax(nodes, inputs, outputs)
+    assert raised.value.node == outputs[1].split(":")[0]  # tf.function's Identity of the Shape
+
+
+def test_a_cluster_whose_shape_value_leaves_it_is_clustered_again(rng):
+    """The rest of the cluster still goes to TVM when one of its shape values is read by a
+    node TVM cannot take: only the shape chain stays in TF."""
+    import tftvm
+
+    def fn(x):
+        y = tf.nn.relu(x * 2.0 + 1.0) * 3.0
+        sizes = tf.shape(y) * 2  # dims in y's cluster; the Cast to float that reads them stays in TF
+        return y, tf.math.cumprod(tf.cast(sizes, F))
+
+    x = rng.standard_normal((2, 3)).astype(F)
+    optimized = tftvm.optimize(tf.function(fn), [tf.TensorSpec([None, 3], F)], keep_faster=False)
+    for got, want in zip(optimized(x), fn(x)):
+        np.testing.assert_allclose(got, want, rtol=1e-6)
+    report = optimized.report()
+    assert "is a shape value that TF nodes outside the cluster read" in report
+    assert optimized.summary().offloaded >= 4, report  # Mul, AddV2, Relu, Mul
 
 
 NAN_CASES = {

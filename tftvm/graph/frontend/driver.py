@@ -20,7 +20,8 @@ log = logging.getLogger(__name__)
 def to_relax(nodes, inputs, outputs, constants=None):
     """A Relax IRModule whose main computes `outputs` from `inputs` over `nodes`, or
     Unsupported naming the first node that cannot convert (the policy of a cluster: it is
-    converted whole or not at all).
+    converted whole or not at all), or whose output is a shape value read outside (shape
+    values are Python-side dims, never tensors).
 
     nodes: NodeDefs in topological order; inputs: (tensor name, dtype, shape)
     with None for unknown dims; outputs: tensor names. Const nodes among `nodes`
@@ -42,8 +43,10 @@ def to_relax(nodes, inputs, outputs, constants=None):
         with bb.dataflow():
             convert_nodes(ctx, env, nodes, refuse)
             result = [env[tensor_name(o)] for o in outputs]
-            if any(isinstance(r, ShapeValue) for r in result):
-                raise Unsupported("a cluster output is a shape value")
+            for name, r in zip(outputs, result):
+                if isinstance(r, ShapeValue):  # its producer stays in TF, the rest is clustered again
+                    raise Unsupported(f"its output {name} is a shape value that TF nodes outside the cluster read",
+                                      tensor_name(name).rsplit(":", 1)[0])
             out = bb.emit_output(result[0] if len(result) == 1 else relax.Tuple(result))
         bb.emit_func_output(out)
     return merge_symbols(bb.get(), ctx)

@@ -68,13 +68,16 @@ class Requirements:
 REQUIREMENTS: dict[str, Requirements] = {}
 
 
-def register_converter(*op_types: str, broadcast: bool = False, constant_inputs=(), dtypes=None,
+def register_converter(*op_types: str, broadcast: bool = False, on_shapes=None, constant_inputs=(), dtypes=None,
                        replace: bool = False):  # fmt: skip
     """Decorator: `fn(ctx, node, *inputs)` converts TF nodes of `op_types` to Relax.
 
     `broadcast=True`: the node's tensor inputs are elementwise operands, so a symbolic dim
     of one that sits where the first input has another symbolic dim is made that dim
-    (`same_dims`) before `fn` sees them; a shape value among them is Unsupported.
+    (`same_dims`) before `fn` sees them. A shape value among them is Unsupported, unless
+    `on_shapes(a, b)` says what the op does to two dims (shape arithmetic: grouped-query
+    attention repeats its keys with a Reshape to `shape * [1, 1, 2, 1]`): the result is then
+    a shape value too (`shape_arithmetic`).
     `constant_inputs`: the indices of data inputs that must be constants (an axis, a
     permutation; -1 for the last), and `dtypes`: the element types (the node's "T") that `fn`
     takes. Both are checked before partitioning, so such a node is never clustered.
@@ -87,7 +90,7 @@ def register_converter(*op_types: str, broadcast: bool = False, constant_inputs=
     requirements = Requirements(tuple(constant_inputs), frozenset(dtypes) if dtypes is not None else None)
 
     def register(fn):
-        converter = _broadcasting(fn) if broadcast else fn
+        converter = _broadcasting(fn, on_shapes) if broadcast else fn
         for t in op_types:
             CONVERTERS[t] = converter
             REQUIREMENTS[t] = requirements
@@ -96,14 +99,42 @@ def register_converter(*op_types: str, broadcast: bool = False, constant_inputs=
     return register
 
 
-def _broadcasting(fn):
+def _broadcasting(fn, on_shapes=None):
     @functools.wraps(fn)
     def convert(ctx, node, *inputs):
         if any(isinstance(i, ShapeValue) for i in inputs):
-            raise Unsupported(f"{node.op} of a shape value")
+            if on_shapes is None:
+                raise Unsupported(f"{node.op} of a shape value")
+            return shape_arithmetic(ctx, node, inputs, on_shapes)
         return fn(ctx, node, *same_dims(ctx, list(inputs)))
 
     return convert
+
+
+def shape_arithmetic(ctx, node, inputs, on_dims) -> ShapeValue:
+    """`on_dims` applied dim by dim to the node's operands, shape values or constant int
+    tensors of at most one axis, a scalar or one-dim operand broadcast against the other:
+    a shape value (scalar where every operand is). Unsupported for other operands (a tensor
+    TVM computes: its values are not known while the graph converts)."""
+    from tvm import tirx
+
+    operands = []
+    for index, value in enumerate(inputs):
+        if isinstance(value, ShapeValue):  # static dims as ints: 128 // 2 stays an int
+            operands.append(ShapeValue([int(d) if isinstance(d, tirx.IntImm) else d for d in value], value.scalar))
+            continue
+        c = np.asarray(ctx.constant(node, index))
+        if c.ndim > 1 or c.dtype.kind not in "iu":
+            raise Unsupported(f"{node.op} of a shape value and a {c.dtype.name} tensor of rank {c.ndim}")
+        operands.append(ShapeValue([int(v) for v in c.reshape(-1)], scalar=c.ndim == 0))
+    length = max(len(o) for o in operands)
+    if any(len(o) not in (1, length) for o in operands):
+        raise Unsupported(f"{node.op} of shape values of lengths {[len(o) for o in operands]}")
+    dims = []
+    for i in range(length):
+        args = [o[i] if len(o) == length else o[0] for o in operands]
+        dims.append(on_dims(*args))
+    return ShapeValue(dims, scalar=all(o.scalar for o in operands))
 
 
 class Context:

@@ -2,11 +2,13 @@
 and selects."""
 from __future__ import annotations
 
+import operator
+
 import numpy as np
 from tvm import relax
 
 from ..helpers import dims_equal
-from ..registry import ShapeValue, Unsupported, register_converter, same_dims
+from ..registry import ShapeValue, Unsupported, register_converter, same_dims, shape_arithmetic
 
 
 def _binary(fn_name):
@@ -26,10 +28,26 @@ def _unary(path):
     return convert
 
 
+def _dim_max(a, b):
+    from tvm import tirx
+
+    return max(a, b) if isinstance(a, int) and isinstance(b, int) else tirx.max(a, b)
+
+
+def _dim_min(a, b):
+    from tvm import tirx
+
+    return min(a, b) if isinstance(a, int) and isinstance(b, int) else tirx.min(a, b)
+
+
+# What each op does to two dims of a shape value (shape arithmetic: registry.shape_arithmetic).
+ON_DIMS = {"Add": operator.add, "AddV2": operator.add, "Sub": operator.sub, "Mul": operator.mul,
+           "Maximum": _dim_max, "Minimum": _dim_min}  # fmt: skip
+
 for _tf, _rx in {"Add": "add", "AddV2": "add", "Sub": "subtract", "Mul": "multiply",
                  "RealDiv": "divide", "Maximum": "maximum", "Minimum": "minimum",
                  "Pow": "power"}.items():  # fmt: skip
-    register_converter(_tf, broadcast=True)(_binary(_rx))
+    register_converter(_tf, broadcast=True, on_shapes=ON_DIMS.get(_tf))(_binary(_rx))
 
 
 for _tf, _rx in {"Greater": "greater", "GreaterEqual": "greater_equal", "Less": "less",
@@ -50,10 +68,27 @@ for _tf, _rx in {"Relu": "nn.relu", "Sigmoid": "sigmoid", "Tanh": "tanh", "Exp":
     register_converter(_tf)(_unary(_rx))
 
 
+def _floor_dims(op: str):
+    def on_dims(a, b):
+        from tvm import tirx
+
+        if isinstance(b, int) and b == 0:
+            raise Unsupported(f"{op} of a shape value by 0 stays in TF, which reports it")
+        if isinstance(a, int) and isinstance(b, int):
+            return a // b if op == "FloorDiv" else a % b
+        if not isinstance(b, int):
+            raise Unsupported(f"{op} of a shape value by a symbolic dim (it may be 0)")
+        return tirx.floordiv(a, b) if op == "FloorDiv" else tirx.floormod(a, b)
+
+    return on_dims
+
+
 @register_converter("FloorDiv", "FloorMod")
 def _floor_div(ctx, node, x, y):
     from tvm.ir.expr import Constant
 
+    if isinstance(x, ShapeValue) or isinstance(y, ShapeValue):
+        return shape_arithmetic(ctx, node, [x, y], _floor_dims(node.op))
     if "int" in str(y.ty.dtype) and not (isinstance(y, Constant) and np.all(y.value.numpy() != 0)):
         # TF raises "Integer division by zero"; a TVM kernel's idiv traps, and SIGFPE ends the process.
         raise Unsupported("an integer division by a tensor that may hold 0 stays in TF, which reports it")
@@ -145,6 +180,18 @@ for _tf, _rx in {"Sum": "sum", "Mean": "mean", "Max": "max", "Min": "min"}.items
     register_converter(_tf, constant_inputs=(1,))(_reduction(_rx))
 
 
+@register_converter("All", "Any", constant_inputs=(1,))
+def _all_any(ctx, node, x, axes):
+    """The min (All) or max (Any) of the bools as 0/1 int8s, compared with 0: over no elements
+    the min is int8's largest and the max its smallest, so All is true and Any false there,
+    as TF has them."""
+    axis = [int(a) for a in np.atleast_1d(ctx.constant(node, 1))]
+    keepdims = bool(ctx.attr(node, "keep_dims", False))
+    reduce = relax.op.min if node.op == "All" else relax.op.max
+    reduced = reduce(relax.op.astype(x, "int8"), axis=axis, keepdims=keepdims)
+    return relax.op.greater(reduced, relax.const(0, "int8"))
+
+
 @register_converter("Prod")
 def _prod(ctx, node, x, axes):
     if isinstance(x, ShapeValue):
@@ -157,6 +204,10 @@ def _prod(ctx, node, x, axes):
 
 @register_converter("Cast")
 def _cast(ctx, node, x):
+    if isinstance(x, ShapeValue):  # dims are dims whatever the int type that holds them
+        if not ctx.attr(node, "DstT").startswith(("int", "uint")):
+            raise Unsupported(f"Cast of a shape value to {ctx.attr(node, 'DstT')}")
+        return x
     return relax.op.astype(x, ctx.attr(node, "DstT"))
 
 

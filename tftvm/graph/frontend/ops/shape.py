@@ -30,6 +30,11 @@ def _stop_gradient(ctx, node, x):
 
 @register_converter("Reshape")
 def _reshape(ctx, node, x, shape):
+    if isinstance(x, ShapeValue):  # a scalar dim as a one-dim shape, or back
+        size = np.asarray(ctx.constant(node, 1)).reshape(-1)
+        if len(x) != 1 or len(size) > 1 or (len(size) == 1 and int(size[0]) not in (1, -1)):
+            raise Unsupported(f"Reshape of a shape value of {len(x)} dims to {size.tolist()}")
+        return ShapeValue(list(x), scalar=len(size) == 0)
     dims = shape if isinstance(shape, ShapeValue) else [int(d) for d in ctx.constant(node, 1)]
     if any(isinstance(d, int) and d == -1 for d in dims):
         known = 1
@@ -53,30 +58,46 @@ def _strided_slice(ctx, node, x, begin, end, strides):
     begin, end, strides = (np.asarray(ctx.constant(node, i)).reshape(-1) for i in (1, 2, 3))
     masks = {m: int(ctx.attr(node, m, 0)) for m in
              ("begin_mask", "end_mask", "shrink_axis_mask", "ellipsis_mask", "new_axis_mask")}  # fmt: skip
-    if masks["ellipsis_mask"] or masks["new_axis_mask"]:
-        raise Unsupported("StridedSlice with ellipsis or new axis")
     if isinstance(x, ShapeValue):
-        if len(begin) != 1:
-            raise Unsupported("StridedSlice of a shape with more than one axis")
+        if masks["ellipsis_mask"] or masks["new_axis_mask"] or len(begin) != 1:
+            raise Unsupported("StridedSlice of a shape with more than one axis, an ellipsis or a new axis")
         if masks["shrink_axis_mask"] & 1:
             return ShapeValue([x[int(begin[0])]], scalar=True)
         b = None if masks["begin_mask"] & 1 else int(begin[0])
         e = None if masks["end_mask"] & 1 else int(end[0])
         return ShapeValue(x[b:e:int(strides[0])])
-    rank = len(x.ty.shape)
-    axes, b_out, e_out, s_out, squeeze = [], [], [], [], []
-    for a in range(len(begin)):
-        dim = x.ty.shape[a]
-        b = 0 if masks["begin_mask"] >> a & 1 else int(begin[a])
-        if masks["shrink_axis_mask"] >> a & 1:
-            e, squeeze = b + 1 if b != -1 else dim, squeeze + [a]
-        else:
-            e = dim if masks["end_mask"] >> a & 1 else int(end[a])
-        axes.append(a), b_out.append(b), e_out.append(e), s_out.append(int(strides[a]))
-    out = relax.op.strided_slice(x, axes, b_out, e_out, s_out)
-    if rank and squeeze:
-        out = relax.op.squeeze(out, axis=squeeze)
-    return out
+    shape = list(x.ty.shape)
+    axes, b_out, e_out, s_out, out_dims = [], [], [], [], []  # out_dims: (input axis or None for a new axis)
+    axis = 0
+    for i in range(len(begin)):
+        if masks["ellipsis_mask"] >> i & 1:  # every axis the entries after it do not name
+            named = sum(1 for j in range(i + 1, len(begin)) if not (masks["new_axis_mask"] >> j & 1))
+            for a in range(axis, len(shape) - named):
+                out_dims.append(a)
+            axis = len(shape) - named
+            continue
+        if masks["new_axis_mask"] >> i & 1:
+            out_dims.append(None)
+            continue
+        if axis >= len(shape):
+            raise Unsupported(f"StridedSlice names axis {axis} of a rank-{len(shape)} tensor")
+        dim, stride = shape[axis], int(strides[i])
+        if masks["shrink_axis_mask"] >> i & 1:  # one index, whatever the stride
+            b = int(begin[i])
+            e, stride = b + 1 if b != -1 else dim, 1
+        else:  # a masked bound is the first or last element in the stride's direction
+            b = (0 if stride > 0 else -1) if masks["begin_mask"] >> i & 1 else int(begin[i])
+            e = (dim if stride > 0 else -(1 << 62)) if masks["end_mask"] >> i & 1 else int(end[i])
+            out_dims.append(axis)
+        axes.append(axis), b_out.append(b), e_out.append(e), s_out.append(stride)
+        axis += 1
+    out_dims += range(axis, len(shape))  # axes after the last entry are taken whole
+    out = relax.op.strided_slice(x, axes, b_out, e_out, s_out) if axes else x
+    if out_dims == list(range(len(shape))):
+        return out
+    # Shrunk axes dropped and new axes of 1 put in: a reshape of the slice, a free view.
+    sliced = ctx.bb.normalize(out).ty.shape
+    return relax.op.reshape(out, [1 if a is None else sliced[a] for a in out_dims])
 
 
 @register_converter("Transpose", constant_inputs=(1,))
@@ -86,6 +107,10 @@ def _transpose(ctx, node, x, perm):
 
 @register_converter("ExpandDims", constant_inputs=(1,))
 def _expand_dims(ctx, node, x, axis):
+    if isinstance(x, ShapeValue):  # a scalar dim made a one-dim shape (to concatenate it)
+        if not x.scalar or int(ctx.constant(node, 1)) not in (0, -1):
+            raise Unsupported("ExpandDims of a shape value other than a scalar dim")
+        return ShapeValue(list(x))
     return relax.op.expand_dims(x, int(ctx.constant(node, 1)))
 
 

@@ -1,0 +1,58 @@
+"""keras_hub's decoder and encoder backbones (tiny configs, random weights, a None batch)
+through optimize, compile_model and enable(): all of their compute in TVM, right against
+Keras' own output. Llama's grouped-query attention repeats keys and values with a Reshape to
+a computed shape and its rotary embedding slices with new axes; Gemma masks with All."""
+import numpy as np
+import pytest
+import tensorflow as tf
+
+import tftvm
+from tftvm import enable_pass
+
+keras_hub = pytest.importorskip("keras_hub")
+
+SEQ = 16
+BACKBONES = {
+    "llama": lambda: keras_hub.models.LlamaBackbone(vocabulary_size=100, num_layers=2, num_query_heads=4,
+                                                    num_key_value_heads=2, hidden_dim=64, intermediate_dim=128),
+    "gemma": lambda: keras_hub.models.GemmaBackbone(vocabulary_size=100, num_layers=1, num_query_heads=4,
+                                                    num_key_value_heads=1, hidden_dim=64, intermediate_dim=128,
+                                                    head_dim=16),
+    "gpt2": lambda: keras_hub.models.GPT2Backbone(vocabulary_size=100, num_layers=2, num_heads=4, hidden_dim=64,
+                                                  intermediate_dim=128, max_sequence_length=SEQ),
+}  # fmt: skip
+
+
+def inputs(batch, rng):
+    return {"token_ids": rng.integers(0, 100, (batch, SEQ)).astype(np.int32),
+            "padding_mask": np.concatenate([np.ones((batch, SEQ - 3), np.int32), np.zeros((batch, 3), np.int32)], 1)}
+
+
+def relative_error(got, want) -> float:
+    return float(np.max(np.abs(np.asarray(got) - want)) / np.max(np.abs(want)))
+
+
+@pytest.mark.parametrize("name", sorted(BACKBONES))
+def test_backbone_runs_wholly_in_tvm_on_every_path(name, rng):
+    import keras
+
+    keras.utils.set_random_seed(0)
+    backbone = BACKBONES[name]()
+    signature = [{"token_ids": tf.TensorSpec([None, SEQ], tf.int32), "padding_mask": tf.TensorSpec([None, SEQ], tf.int32)}]
+    feeds = [inputs(2, rng), inputs(3, rng)]
+    wants = [backbone(x).numpy() for x in feeds]
+    for path in ("optimize", "compile_model"):
+        compiled = getattr(tftvm, path)(backbone, signature, keep_faster=False)
+        assert compiled.summary().fraction >= 0.95, compiled.report()
+        for x, want in zip(feeds, wants):
+            assert relative_error(compiled(x), want) <= 1e-5, path
+    predict = tf.function(backbone, input_signature=signature)
+    before = len(enable_pass.rewrites())
+    with tftvm.enabled(keep_faster=False):
+        got = [predict(x) for x in feeds]
+        report = tftvm.enabled_report()
+    rewrites = enable_pass.rewrites()[before:]
+    compute = sum(r.compute_nodes for r in rewrites)
+    assert compute and sum(r.offloaded for r in rewrites) >= 0.95 * compute, report
+    for g, want in zip(got, wants):
+        assert relative_error(g, want) <= 1e-5
