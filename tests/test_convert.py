@@ -2,6 +2,7 @@
 import numpy as np
 import pytest
 import tensorflow as tf
+from tensorflow.compiler.tf2xla.python import xla
 from tftvm.graph.frontend import CONVERTERS, Unsupported, to_relax
 from tftvm.graph.lowering.program import RelaxProgram
 
@@ -68,6 +69,9 @@ CASES = {
     # Rotary embeddings' x[..., None, :] and x[None, ..., 1:]; a shrunk axis beside new ones.
     "StridedSlice/ellipsis": (lambda x: x[..., None, :] + x[None, ..., 1:2, tf.newaxis, ::-1], [(2, 3, 4)]),
     "StridedSlice/new_axis": (lambda x: x[tf.newaxis, 1, :, tf.newaxis] * x[:, None, 2:], [(3, 4)]),
+    # A KV-cache update at a computed position (Keras' ops.slice_update), clamped to fit.
+    "XlaDynamicUpdateSlice": (lambda x, u: xla.dynamic_update_slice(x, u * 2.0, tf.reduce_sum(
+        tf.cast(x > 100.0, tf.int32)) + [1, 9, -1]), [(3, 5, 4), (2, 2, 4)]),  # starts (1, 9, -1) at run time
     "All": (lambda x: tf.cast(tf.reduce_all(x > -0.5, axis=1), F) + tf.cast(tf.reduce_all(x > 9.0), F), [(3, 4)]),
     "Any": (lambda x: tf.cast(tf.reduce_any(x > 0.5, axis=[0], keepdims=True), F), [(3, 4)]),
     "Einsum": (lambda q, k: tf.einsum("bqhd,bkhd->bhqk", q, k), [(2, 3, 4, 5), (2, 6, 4, 5)]),
@@ -146,6 +150,7 @@ NONE_CASES = {
     "BatchMatMulV2/broadcast": (CASES["BatchMatMulV2/broadcast"][0], CASES["BatchMatMulV2/broadcast"][1], [0]),
     "Reshape": (lambda x: tf.reshape(x, [-1, 12]), [(2, 3, 4)], [0]),
     "StridedSlice": (lambda x: x[:, ::2] + x[:, 1:3] * x[:, -2:], [(3, 4)], [0]),
+    "XlaDynamicUpdateSlice": (CASES["XlaDynamicUpdateSlice"][0], CASES["XlaDynamicUpdateSlice"][1], [0]),
 }
 
 
@@ -225,32 +230,36 @@ def test_shape_arithmetic_with_a_computed_tensor_is_unsupported():
         to_relax(nodes, inputs, outputs)
 
 
-def test_a_shape_value_read_outside_names_its_producer():
-    """A shape value cannot leave a cluster (it is dims, not a tensor): the node that makes it
-    is refused by name, so the partitioner keeps it in TF and clusters the rest again."""
-    nodes, inputs, outputs, _ = graph_of(lambda x: (x * 2.0, tf.shape(x)), [(None, 3)])
-    with pytest.raises(Unsupported, match="is a shape value that TF nodes outside the cluster read") as raised:
-        to_relax(nodes, inputs, outputs)
-    assert raised.value.node == outputs[1].split(":")[0]  # tf.function's Identity of the Shape
+def test_a_shape_value_read_outside_the_cluster_is_handed_over_as_an_int_tensor(rng):
+    """Shape values are dims (Python-side) inside a cluster; where TF nodes outside read one,
+    a small kernel writes it out as a tensor of the TF output's dtype."""
+    fn = lambda x: (x * 2.0, tf.shape(x), tf.cast(tf.shape(x)[0] * 3, tf.int64))  # noqa: E731
+    nodes, inputs, outputs, _ = graph_of(fn, [(None, 3)])
+    program = RelaxProgram(to_relax(nodes, inputs, outputs), name="shape_out")
+    for n in (2, 5):
+        x = tf.constant(rng.standard_normal((n, 3)).astype(F))
+        for got, want in zip(program(x), fn(x)):
+            assert got.dtype == want.dtype
+            np.testing.assert_array_equal(got.numpy(), want.numpy())
 
 
-def test_a_cluster_whose_shape_value_leaves_it_is_clustered_again(rng):
-    """The rest of the cluster still goes to TVM when one of its shape values is read by a
-    node TVM cannot take: only the shape chain stays in TF."""
+def test_size_and_shape_values_read_as_data_run_in_tvm(rng):
+    """Size of a symbolic shape, and dims cast to float (a scale by the sequence length): the
+    shape chain stays in TVM, its dims made a tensor where a tensor op reads them."""
     import tftvm
 
     def fn(x):
-        y = tf.nn.relu(x * 2.0 + 1.0) * 3.0
-        sizes = tf.shape(y) * 2  # dims in y's cluster; the Cast to float that reads them stays in TF
-        return y, tf.math.cumprod(tf.cast(sizes, F))
+        y = tf.nn.relu(x * 2.0 + 1.0)
+        scale = tf.cast(tf.size(y), F) / tf.cast(tf.shape(y)[1] * 2, F)
+        return y * scale, tf.math.cumprod(tf.cast(tf.shape(y) * 2, F))  # Cumprod: no converter
 
-    x = rng.standard_normal((2, 3)).astype(F)
     optimized = tftvm.optimize(tf.function(fn), [tf.TensorSpec([None, 3], F)], keep_faster=False)
-    for got, want in zip(optimized(x), fn(x)):
-        np.testing.assert_allclose(got, want, rtol=1e-6)
-    report = optimized.report()
-    assert "is a shape value that TF nodes outside the cluster read" in report
-    assert optimized.summary().offloaded >= 4, report  # Mul, AddV2, Relu, Mul
+    for n in (2, 5):
+        x = rng.standard_normal((n, 3)).astype(F)
+        for got, want in zip(optimized(x), fn(x)):
+            np.testing.assert_allclose(got, want, rtol=1e-6)
+    summary = optimized.summary()
+    assert [op.op for op in summary.in_tf] == ["Cumprod"], optimized.report()
 
 
 NAN_CASES = {

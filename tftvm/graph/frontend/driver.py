@@ -11,7 +11,8 @@ import logging
 
 from ..tfgraph.names import tensor_inputs, tensor_name
 from . import ops  # noqa: F401  (fills the converter table)
-from .registry import CONVERTERS, REQUIREMENTS, Context, Requirements, ShapeValue, Unsupported, merge_symbols
+from .registry import (CONVERTERS, REQUIREMENTS, Context, Requirements, ShapeValue, Unsupported, merge_symbols,
+                       shape_tensor)
 from .support import SUPPORTED_DTYPES
 
 log = logging.getLogger(__name__)
@@ -20,8 +21,8 @@ log = logging.getLogger(__name__)
 def to_relax(nodes, inputs, outputs, constants=None):
     """A Relax IRModule whose main computes `outputs` from `inputs` over `nodes`, or
     Unsupported naming the first node that cannot convert (the policy of a cluster: it is
-    converted whole or not at all), or whose output is a shape value read outside (shape
-    values are Python-side dims, never tensors).
+    converted whole or not at all). A shape value read outside the cluster becomes an int
+    tensor (`_as_tensor`).
 
     nodes: NodeDefs in topological order; inputs: (tensor name, dtype, shape)
     with None for unknown dims; outputs: tensor names. Const nodes among `nodes`
@@ -39,17 +40,32 @@ def to_relax(nodes, inputs, outputs, constants=None):
     def refuse(node, why):
         raise Unsupported(why, node.name)
 
+    by_name = {n.name: n for n in nodes}
     with bb.function("main", params):
         with bb.dataflow():
             convert_nodes(ctx, env, nodes, refuse)
-            result = [env[tensor_name(o)] for o in outputs]
-            for name, r in zip(outputs, result):
-                if isinstance(r, ShapeValue):  # its producer stays in TF, the rest is clustered again
-                    raise Unsupported(f"its output {name} is a shape value that TF nodes outside the cluster read",
-                                      tensor_name(name).rsplit(":", 1)[0])
+            result = [_as_tensor(ctx, env, tensor_name(o), by_name) for o in outputs]
             out = bb.emit_output(result[0] if len(result) == 1 else relax.Tuple(result))
         bb.emit_func_output(out)
     return merge_symbols(bb.get(), ctx)
+
+
+def _as_tensor(ctx, env: dict, name: str, by_name: dict):
+    """The Relax value of cluster output `name`; a shape value there (dims, Python-side)
+    becomes an int tensor of the TF output's dtype, which TF nodes outside read. Where that
+    dtype is not known, Unsupported naming the producer: it stays in TF, the rest is
+    clustered again."""
+    value = env[name]
+    if not isinstance(value, ShapeValue):
+        return value
+    producer = name.rsplit(":", 1)[0]
+    node = by_name.get(producer)
+    dtype = next((ctx.attr(node, a) for a in ("out_type", "DstT", "T", "Tparams") if node is not None and a in node.attr),
+                 None)  # fmt: skip
+    if dtype not in ("int32", "int64"):
+        raise Unsupported(f"its output {name} is a shape value of unknown dtype that TF nodes outside the cluster read",
+                          producer)  # fmt: skip
+    return shape_tensor(ctx, value, dtype)
 
 
 def convert_nodes(ctx, env: dict, nodes, fall_back) -> None:

@@ -38,6 +38,33 @@ class ShapeValue(list):
         self.scalar = scalar
 
 
+def shape_tensor(ctx, value: ShapeValue, dtype: str):
+    """`value` as an int tensor of `dtype` (rank 0 for a scalar dim, else rank 1), for a node
+    that reads it as data (a Cast to float, a division, a TF node outside the cluster): a
+    constant where every dim is static, else a small kernel to which Relax passes the
+    symbolic dims it holds as arguments."""
+    from tvm import relax, te, tirx
+
+    dims = [int(d) if isinstance(d, tirx.IntImm) else d for d in value]
+    if all(isinstance(d, int) for d in dims):
+        return relax.const(np.array(dims[0] if value.scalar else dims, dtype), dtype)
+
+    def compute(given):  # the dims as TIR expressions (a ShapeExpr argument: Relax passes its symbols)
+        if value.scalar:
+            return te.compute((), lambda: tirx.Cast(dtype, given[0]), name="shape_tensor")
+
+        def at(i):
+            out = tirx.Cast(dtype, given[-1])
+            for k in reversed(range(len(given) - 1)):
+                out = tirx.Select(i == k, tirx.Cast(dtype, given[k]), out)
+            return out
+
+        return te.compute((len(given),), at, name="shape_tensor")
+
+    shape = relax.ShapeExpr([tirx.IntImm("int64", d) if isinstance(d, int) else d for d in dims])
+    return ctx.bb.emit(ctx.bb.call_te(compute, shape))
+
+
 CONVERTERS: dict[str, Callable] = {}
 
 
@@ -103,9 +130,15 @@ def _broadcasting(fn, on_shapes=None):
     @functools.wraps(fn)
     def convert(ctx, node, *inputs):
         if any(isinstance(i, ShapeValue) for i in inputs):
-            if on_shapes is None:
+            if on_shapes is not None:
+                try:
+                    return shape_arithmetic(ctx, node, inputs, on_shapes)
+                except Unsupported:  # an operand TVM computes: the dims become a tensor too
+                    pass
+            if "T" not in node.attr:
                 raise Unsupported(f"{node.op} of a shape value")
-            return shape_arithmetic(ctx, node, inputs, on_shapes)
+            dtype = _dtype_name(node.attr["T"].type)
+            inputs = [shape_tensor(ctx, i, dtype) if isinstance(i, ShapeValue) else i for i in inputs]
         return fn(ctx, node, *same_dims(ctx, list(inputs)))
 
     return convert

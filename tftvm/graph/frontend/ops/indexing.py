@@ -241,3 +241,37 @@ def _gather(ctx, node, params, indices, axis):
     # TF rejects an index out of range; a kernel cannot raise, but it must never read outside
     # `params`: clip, not TVM's default unchecked "fast" mode.
     return relax.op.take(params, indices, axis=axis, mode="clip")
+
+
+@register_converter("XlaDynamicUpdateSlice")
+def _dynamic_update_slice(ctx, node, x, update, indices):
+    """`update` written into a copy of `x` at `indices` (one start per axis, computed at run
+    time: a decoder's KV-cache update at the current position, Keras' ops.slice_update).
+    XLA's rule: each start is clamped so that the update fits inside `x`."""
+    from tvm import te, tirx
+
+    rank = len(x.ty.shape)
+    if len(update.ty.shape) != rank or indices.ty.shape is None or len(indices.ty.shape) != 1:
+        raise Unsupported("XlaDynamicUpdateSlice needs an update of the input's rank and one start per axis")
+    if rank == 0:
+        return update
+    for u, d in zip(update.ty.shape, x.ty.shape):
+        # The kernel reads the update at a clamped index wherever it writes: an update that may
+        # be empty while the input is not (a symbolic dim of its own) would be read outside.
+        if not (isinstance(u, tirx.IntImm) and int(u) >= 1 or dims_equal([u], [d])):
+            raise Unsupported(f"XlaDynamicUpdateSlice of an update with dim {u} (it may be 0) into dim {d}")
+
+    def kernel(operand, upd, idx):
+        starts = [tirx.max(tirx.min(tirx.Cast("int64", idx[a]), tirx.Cast("int64", operand.shape[a] - upd.shape[a])),
+                           tirx.const(0, "int64")) for a in range(rank)]  # fmt: skip
+
+        def value(*i):
+            inside = tirx.all(*[tirx.all(i[a] >= starts[a], i[a] < starts[a] + upd.shape[a]) for a in range(rank)])
+            # The update's index clamped too: a vectorized select reads both sides.
+            at = [tirx.max(tirx.min(i[a] - starts[a], tirx.Cast("int64", upd.shape[a]) - 1), tirx.const(0, "int64"))
+                  for a in range(rank)]  # fmt: skip
+            return tirx.Select(inside, upd(*at), operand(*i))
+
+        return te.compute(operand.shape, value, name="dynamic_update_slice")
+
+    return ctx.bb.call_te(kernel, x, update, indices)

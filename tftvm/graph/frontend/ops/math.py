@@ -8,7 +8,7 @@ import numpy as np
 from tvm import relax
 
 from ..helpers import dims_equal
-from ..registry import ShapeValue, Unsupported, register_converter, same_dims, shape_arithmetic
+from ..registry import ShapeValue, Unsupported, register_converter, same_dims, shape_arithmetic, shape_tensor
 
 
 def _binary(fn_name):
@@ -205,9 +205,9 @@ def _prod(ctx, node, x, axes):
 @register_converter("Cast")
 def _cast(ctx, node, x):
     if isinstance(x, ShapeValue):  # dims are dims whatever the int type that holds them
-        if not ctx.attr(node, "DstT").startswith(("int", "uint")):
-            raise Unsupported(f"Cast of a shape value to {ctx.attr(node, 'DstT')}")
-        return x
+        if ctx.attr(node, "DstT").startswith(("int", "uint")):
+            return x
+        return relax.op.astype(shape_tensor(ctx, x, "int64"), ctx.attr(node, "DstT"))
     return relax.op.astype(x, ctx.attr(node, "DstT"))
 
 

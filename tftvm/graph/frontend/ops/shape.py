@@ -53,6 +53,14 @@ def _shape(ctx, node, x):
     return ShapeValue(list(x.ty.shape))
 
 
+@register_converter("Size")
+def _size(ctx, node, x):
+    total = 1
+    for d in x.ty.shape:
+        total = total * d
+    return ShapeValue([simplify(total)], scalar=True)
+
+
 @register_converter("StridedSlice", constant_inputs=(1, 2, 3))
 def _strided_slice(ctx, node, x, begin, end, strides):
     begin, end, strides = (np.asarray(ctx.constant(node, i)).reshape(-1) for i in (1, 2, 3))
