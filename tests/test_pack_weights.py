@@ -61,6 +61,25 @@ def test_weights_computed_from_constants_alone_are_packed_once(rng):
     np.testing.assert_allclose(vm["main"](tvm.runtime.tensor(data)).numpy(), want, rtol=1e-4, atol=1e-4)
 
 
+def test_a_matmul_at_the_end_of_a_long_chain_of_activations_compiles(rng):
+    """Whether a matmul's right operand comes from constants is found by walking its bindings
+    back: through a decoder's thousands of activations (GPT-2's generate step, 12 layers),
+    with a stack, where recursion passed Python's limit and the cluster stayed in TF."""
+    bb = relax.BlockBuilder()
+    x = relax.Var("x", relax.TensorType((4, 4), "float32"))
+    with bb.function("main", [x]):
+        with bb.dataflow():
+            y = x
+            for _ in range(3000):
+                y = bb.emit(relax.op.add(y, relax.const(np.float32(0.001))))
+            out = bb.emit_output(relax.op.matmul(x, y))
+        bb.emit_func_output(out)
+    ex = tvm.compile(fuse(bb.get()), target="llvm")
+    data = rng.standard_normal((4, 4)).astype(np.float32)
+    got = relax.VirtualMachine(ex, tvm.cpu())["main"](tvm.runtime.tensor(data)).numpy()
+    np.testing.assert_allclose(got, data @ (data + np.float32(3.0)), rtol=1e-3, atol=1e-3)
+
+
 @pytest.mark.parametrize("why, module", [
     ("weights computed at run time", lambda w: conv_module(w, constant=False)),
     ("grouped conv", lambda w: conv_module(w[:, :, :8], groups=2)),

@@ -60,24 +60,29 @@ def _matmul(bb, call):
     return _packed_matmul(bb, call, call.args[0], call.args[1], *tiles)
 
 
-def from_constants(bb, expr, seen=None) -> bool:
+def from_constants(bb, expr) -> bool:
     """Whether `expr` is a constant or computed from constants alone (by bindings that
     `bb` knows: a batch norm's scale folded into a frozen graph's weights, fold_scales), so
     that FoldConstant, after legalization, folds its packing with it: packed once, at compile
-    time."""
+    time. The bindings are walked back with a stack, not by recursion: a decoder's chain of
+    activations is longer than Python's recursion limit."""
     from tvm import relax
 
-    seen = {} if seen is None else seen
-    if not isinstance(expr, relax.Var):
-        return all(from_constants(bb, v, seen) for v in relax.analysis.free_vars(expr))
-    if expr not in seen:
-        seen[expr] = False  # a param, or a var bb has no binding of
+    stack = [expr] if isinstance(expr, relax.Var) else list(relax.analysis.free_vars(expr))
+    seen = set()
+    while stack:
+        var = stack.pop()
+        if var in seen:
+            continue
+        seen.add(var)
         try:
-            value = bb.lookup_binding(expr)
+            value = bb.lookup_binding(var)
         except Exception:  # TVM raises its own error types for a var it has no binding of
             value = None
-        seen[expr] = value is not None and from_constants(bb, value, seen)
-    return seen[expr]
+        if value is None:  # a param, or a var bb has no binding of
+            return False
+        stack.extend(relax.analysis.free_vars(value))
+    return True
 
 
 def _packed_matmul(bb, call, data, weights, padded: int, width: int):

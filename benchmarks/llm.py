@@ -1,0 +1,169 @@
+"""Text generation: keras_hub decoders' greedy generate(), TF against XLA and tftvm.enable().
+
+    python benchmarks/llm.py [--models gpt2,llama] [--batch 1,8] [--prompt 32] [--new 64]
+                             [--repeats 3] [--markdown FILE]
+
+Models (random weights; `preprocessor=None`, so generate() takes token ids and a padding mask):
+  gpt2   GPT-2 small's shape: 12 layers, hidden 768, 12 heads, MLP 3072, 50257 tokens (124M)
+  llama  a Llama of about 100M: 12 layers, hidden 768, 12 query and 4 key/value heads,
+         MLP 2048, 32000 tokens
+Each model and batch runs in a child process of its own. Ways, each a CausalLM over the same
+backbone compiled with sampler="greedy", called on the same prompt (--prompt random token
+ids, then --new tokens to generate; stop tokens off, so every call makes them all):
+  TF       Keras' default compile (its "auto" jit_compile is False on CPU)
+  XLA      compile(jit_compile=True)
+  enable   the default compile, its first call under `tftvm.enable()` (the user's code
+           unchanged; the pass then switched off for new graphs only, so the other ways
+           run TF's)
+The first call of each way (tracing, compiling) is timed alone; then --repeats interleaved
+rounds, one call per way each. Tokens/s is batch x new tokens over the median call. Every way
+must give TF's tokens (greedy decoding), else its row says it does not.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+MODELS = ["gpt2", "llama"]
+WAYS = ["TF", "XLA", "enable"]
+
+
+def causal_lm(name: str, backbone):
+    import keras_hub
+
+    if name == "gpt2":
+        return keras_hub.models.GPT2CausalLM(backbone=backbone, preprocessor=None)
+    return keras_hub.models.LlamaCausalLM(backbone=backbone, preprocessor=None)
+
+
+def backbone(name: str, length: int):
+    import keras_hub
+
+    if name == "gpt2":
+        return keras_hub.models.GPT2Backbone(vocabulary_size=50257, num_layers=12, num_heads=12, hidden_dim=768,
+                                             intermediate_dim=3072, max_sequence_length=length)  # fmt: skip
+    return keras_hub.models.LlamaBackbone(vocabulary_size=32000, num_layers=12, num_query_heads=12,
+                                          num_key_value_heads=4, hidden_dim=768, intermediate_dim=2048)  # fmt: skip
+
+
+def ways(name: str, length: int) -> dict:
+    """way -> a CausalLM compiled for it (one backbone, shared)."""
+    import keras
+
+    keras.utils.set_random_seed(0)
+    shared = backbone(name, length)
+    lms = {}
+    for way in WAYS:
+        lm = causal_lm(name, shared)
+        lm.compile(sampler="greedy", jit_compile=way == "XLA")
+        lms[way] = lm
+    return lms
+
+
+def generated(lm, prompt) -> np.ndarray:
+    return np.asarray(lm.generate(prompt, stop_token_ids=None)["token_ids"])
+
+
+def measure(name: str, batch: int, prompt_len: int, new: int, repeats: int) -> dict:
+    import tftvm
+    from tftvm import enable_pass
+
+    length = prompt_len + new
+    vocabulary = 50257 if name == "gpt2" else 32000
+    rng = np.random.default_rng(0)
+    prompt = {"token_ids": np.concatenate([rng.integers(1, vocabulary, (batch, prompt_len)),
+                                           np.zeros((batch, new), np.int64)], 1).astype(np.int32),
+              "padding_mask": np.arange(length)[None, :].repeat(batch, 0) < prompt_len}  # fmt: skip
+    lms = ways(name, length)
+    first, tokens = {}, {}
+    for way, lm in lms.items():
+        start = time.perf_counter()
+        if way == "enable":
+            before = len(enable_pass.rewrites())
+            tftvm.enable()
+            try:
+                tokens[way] = generated(lm, prompt)
+            finally:
+                tftvm.disable(keep_rewritten=True)
+            rewrites = enable_pass.rewrites()[before:]
+        else:
+            tokens[way] = generated(lm, prompt)
+        first[way] = time.perf_counter() - start
+    samples = {way: [] for way in lms}
+    for _ in range(repeats):
+        for way, lm in lms.items():
+            start = time.perf_counter()
+            generated(lm, prompt)
+            samples[way].append(time.perf_counter() - start)
+    row = {"model": name, "batch": batch}
+    tf_s = float(np.median(samples["TF"]))
+    for way in lms:
+        s = float(np.median(samples[way]))
+        row[f"{way} tok/s"] = batch * new / s
+        row[f"{way}/TF"] = s / tf_s
+        row[f"{way} first s"] = first[way]
+        row[f"{way} same tokens"] = bool(np.array_equal(tokens[way], tokens["TF"]))
+    compute = sum(r.compute_nodes for r in rewrites)
+    row["enable in TVM %"] = 100.0 * sum(r.offloaded for r in rewrites) / compute if compute else 0.0
+    return row
+
+
+def in_child(name: str, batch: int, args) -> dict:
+    with tempfile.TemporaryDirectory() as tmp:
+        result = Path(tmp) / "row.json"
+        cmd = [sys.executable, __file__, "--child", name, "--batch", str(batch), "--prompt", str(args.prompt),
+               "--new", str(args.new), "--repeats", str(args.repeats), "--result", str(result)]  # fmt: skip
+        proc = subprocess.run(cmd, env=dict(os.environ, KERAS_BACKEND="tensorflow"))
+        if proc.returncode != 0 or not result.exists():
+            return {"model": name, "batch": batch, "error": f"child exited with {proc.returncode}"}
+        return json.loads(result.read_text())
+
+
+COLUMNS = [("model", ""), ("batch", "d"), ("TF tok/s", ".1f"), ("XLA/TF", ".2f"), ("enable/TF", ".2f"),
+           ("XLA tok/s", ".1f"), ("enable tok/s", ".1f"), ("enable in TVM %", ".1f"), ("TF first s", ".1f"),
+           ("XLA first s", ".1f"), ("enable first s", ".1f"), ("XLA same tokens", ""),
+           ("enable same tokens", ""), ("error", "")]  # fmt: skip
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--models", default=",".join(MODELS), help=f"comma-separated, of {MODELS}")
+    parser.add_argument("--batch", default="1,8", help="comma-separated batches")
+    parser.add_argument("--prompt", type=int, default=32, help="prompt tokens")
+    parser.add_argument("--new", type=int, default=64, help="tokens to generate")
+    parser.add_argument("--repeats", type=int, default=3, help="timed calls per way, interleaved")
+    parser.add_argument("--markdown", help="also write the table as Markdown to this file")
+    parser.add_argument("--child", help=argparse.SUPPRESS)
+    parser.add_argument("--result", help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.child:
+        row = measure(args.child, int(args.batch), args.prompt, args.new, args.repeats)
+        Path(args.result).write_text(json.dumps(row))
+        return
+    from common import CPU_FLAGS, cpu_flags, machine, markdown_table, print_table
+
+    names = args.models.split(",")
+    unknown = sorted(set(names) - set(MODELS))
+    if unknown:
+        parser.error(f"unknown models {unknown}; this benchmark has {MODELS}")
+    print(f"{machine()}; CPU flags: {' '.join(cpu_flags()) or 'none of ' + ' '.join(CPU_FLAGS)}")
+    print(f"prompt {args.prompt} tokens, {args.new} new, greedy; median of {args.repeats} interleaved calls per way",
+          flush=True)  # fmt: skip
+    rows = [in_child(name, int(batch), args) for name in names for batch in args.batch.split(",")]
+    print_table(rows, COLUMNS)
+    if args.markdown:
+        Path(args.markdown).write_text(markdown_table(rows, COLUMNS) + "\n")
+
+
+if __name__ == "__main__":
+    main()
