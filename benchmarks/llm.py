@@ -1,7 +1,7 @@
 """Text generation: keras_hub decoders' greedy generate(), TF against XLA and tftvm.enable().
 
     python benchmarks/llm.py [--models gpt2,llama] [--batch 1,8] [--prompt 32] [--new 64]
-                             [--repeats 3] [--markdown FILE]
+                             [--repeats 3] [--precision bf16] [--markdown FILE]
 
 Models (random weights; `preprocessor=None`, so generate() takes token ids and a padding mask):
   gpt2   GPT-2 small's shape: 12 layers, hidden 768, 12 heads, MLP 3072, 50257 tokens (124M)
@@ -15,9 +15,14 @@ ids, then --new tokens to generate; stop tokens off, so every call makes them al
   enable   the default compile, its first call under `tftvm.enable()` (the user's code
            unchanged; the pass then switched off for new graphs only, so the other ways
            run TF's)
+  enable bf16  with --precision bf16: the same, `tftvm.enable(precision="bf16")` (weights and
+           activations of the products in bf16: half the bytes a decode step reads), in a
+           second child process beside TF of its own (enable() with other options has TF
+           instantiate every function again, so the f32 way would run TF's graph after it)
 The first call of each way (tracing, compiling) is timed alone; then --repeats interleaved
-rounds, one call per way each. Tokens/s is batch x new tokens over the median call. Every way
-must give TF's tokens (greedy decoding), else its row says it does not.
+rounds, one call per way each. Tokens/s is batch x new tokens over the median call. Every f32
+way must give TF's tokens (greedy decoding), else its row says it does not; bf16 rounds the
+logits, so with random weights (logits close together) its tokens may differ.
 """
 from __future__ import annotations
 
@@ -56,14 +61,14 @@ def backbone(name: str, length: int):
                                           num_key_value_heads=4, hidden_dim=768, intermediate_dim=2048)  # fmt: skip
 
 
-def ways(name: str, length: int) -> dict:
+def ways(name: str, length: int, names: list[str]) -> dict:
     """way -> a CausalLM compiled for it (one backbone, shared)."""
     import keras
 
     keras.utils.set_random_seed(0)
     shared = backbone(name, length)
     lms = {}
-    for way in WAYS:
+    for way in names:
         lm = causal_lm(name, shared)
         lm.compile(sampler="greedy", jit_compile=way == "XLA")
         lms[way] = lm
@@ -74,7 +79,7 @@ def generated(lm, prompt) -> np.ndarray:
     return np.asarray(lm.generate(prompt, stop_token_ids=None)["token_ids"])
 
 
-def measure(name: str, batch: int, prompt_len: int, new: int, repeats: int) -> dict:
+def measure(name: str, batch: int, prompt_len: int, new: int, repeats: int, names: list[str]) -> dict:
     import tftvm
     from tftvm import enable_pass
 
@@ -84,18 +89,18 @@ def measure(name: str, batch: int, prompt_len: int, new: int, repeats: int) -> d
     prompt = {"token_ids": np.concatenate([rng.integers(1, vocabulary, (batch, prompt_len)),
                                            np.zeros((batch, new), np.int64)], 1).astype(np.int32),
               "padding_mask": np.arange(length)[None, :].repeat(batch, 0) < prompt_len}  # fmt: skip
-    lms = ways(name, length)
-    first, tokens = {}, {}
+    lms = ways(name, length, names)
+    first, tokens, rewrites = {}, {}, {}
     for way, lm in lms.items():
         start = time.perf_counter()
-        if way == "enable":
+        if way.startswith("enable"):
             before = len(enable_pass.rewrites())
-            tftvm.enable()
+            tftvm.enable(precision=way.split()[1] if " " in way else "f32")
             try:
                 tokens[way] = generated(lm, prompt)
             finally:
                 tftvm.disable(keep_rewritten=True)
-            rewrites = enable_pass.rewrites()[before:]
+            rewrites[way] = enable_pass.rewrites()[before:]
         else:
             tokens[way] = generated(lm, prompt)
         first[way] = time.perf_counter() - start
@@ -113,26 +118,38 @@ def measure(name: str, batch: int, prompt_len: int, new: int, repeats: int) -> d
         row[f"{way}/TF"] = s / tf_s
         row[f"{way} first s"] = first[way]
         row[f"{way} same tokens"] = bool(np.array_equal(tokens[way], tokens["TF"]))
-    compute = sum(r.compute_nodes for r in rewrites)
-    row["enable in TVM %"] = 100.0 * sum(r.offloaded for r in rewrites) / compute if compute else 0.0
+    for way, done in rewrites.items():
+        compute = sum(r.compute_nodes for r in done)
+        row[f"{way} in TVM %"] = 100.0 * sum(r.offloaded for r in done) / compute if compute else 0.0
     return row
 
 
 def in_child(name: str, batch: int, args) -> dict:
-    with tempfile.TemporaryDirectory() as tmp:
-        result = Path(tmp) / "row.json"
-        cmd = [sys.executable, __file__, "--child", name, "--batch", str(batch), "--prompt", str(args.prompt),
-               "--new", str(args.new), "--repeats", str(args.repeats), "--result", str(result)]  # fmt: skip
-        proc = subprocess.run(cmd, env=dict(os.environ, KERAS_BACKEND="tensorflow"))
-        if proc.returncode != 0 or not result.exists():
-            return {"model": name, "batch": batch, "error": f"child exited with {proc.returncode}"}
-        return json.loads(result.read_text())
+    """The row of `name` at `batch`: TF, XLA and enable in one child process; with
+    --precision, enable at that precision in a second one, against its own TF."""
+    row = {}
+    groups = [WAYS] + ([["TF", f"enable {args.precision}"]] if args.precision else [])
+    for names in groups:
+        with tempfile.TemporaryDirectory() as tmp:
+            result = Path(tmp) / "row.json"
+            cmd = [sys.executable, __file__, "--child", name, "--ways", ",".join(names), "--batch", str(batch),
+                   "--prompt", str(args.prompt), "--new", str(args.new), "--repeats", str(args.repeats),
+                   "--result", str(result)]  # fmt: skip
+            proc = subprocess.run(cmd, env=dict(os.environ, KERAS_BACKEND="tensorflow"))
+            if proc.returncode != 0 or not result.exists():
+                return {"model": name, "batch": batch, "error": f"child exited with {proc.returncode}"}
+            part = json.loads(result.read_text())
+        row.update({k: v for k, v in part.items() if not row or not k.startswith("TF ")})
+    return row
 
 
-COLUMNS = [("model", ""), ("batch", "d"), ("TF tok/s", ".1f"), ("XLA/TF", ".2f"), ("enable/TF", ".2f"),
-           ("XLA tok/s", ".1f"), ("enable tok/s", ".1f"), ("enable in TVM %", ".1f"), ("TF first s", ".1f"),
-           ("XLA first s", ".1f"), ("enable first s", ".1f"), ("XLA same tokens", ""),
-           ("enable same tokens", ""), ("error", "")]  # fmt: skip
+def columns(precision: str | None) -> list[tuple[str, str]]:
+    extra = [f"enable {precision}"] if precision else []
+    ways = ["XLA", "enable", *extra]
+    return [("model", ""), ("batch", "d"), ("TF tok/s", ".1f"), *[(f"{w}/TF", ".2f") for w in ways],
+            *[(f"{w} tok/s", ".1f") for w in ways], *[(f"{w} in TVM %", ".1f") for w in ["enable", *extra]],
+            ("TF first s", ".1f"), *[(f"{w} first s", ".1f") for w in ways],
+            *[(f"{w} same tokens", "") for w in ways], ("error", "")]  # fmt: skip
 
 
 def main() -> None:
@@ -142,12 +159,14 @@ def main() -> None:
     parser.add_argument("--prompt", type=int, default=32, help="prompt tokens")
     parser.add_argument("--new", type=int, default=64, help="tokens to generate")
     parser.add_argument("--repeats", type=int, default=3, help="timed calls per way, interleaved")
+    parser.add_argument("--precision", choices=["bf16"], help="also enable() with this precision")
     parser.add_argument("--markdown", help="also write the table as Markdown to this file")
     parser.add_argument("--child", help=argparse.SUPPRESS)
+    parser.add_argument("--ways", help=argparse.SUPPRESS)
     parser.add_argument("--result", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.child:
-        row = measure(args.child, int(args.batch), args.prompt, args.new, args.repeats)
+        row = measure(args.child, int(args.batch), args.prompt, args.new, args.repeats, args.ways.split(","))
         Path(args.result).write_text(json.dumps(row))
         return
     from common import CPU_FLAGS, cpu_flags, machine, markdown_table, print_table
@@ -160,9 +179,9 @@ def main() -> None:
     print(f"prompt {args.prompt} tokens, {args.new} new, greedy; median of {args.repeats} interleaved calls per way",
           flush=True)  # fmt: skip
     rows = [in_child(name, int(batch), args) for name in names for batch in args.batch.split(",")]
-    print_table(rows, COLUMNS)
+    print_table(rows, columns(args.precision))
     if args.markdown:
-        Path(args.markdown).write_text(markdown_table(rows, COLUMNS) + "\n")
+        Path(args.markdown).write_text(markdown_table(rows, columns(args.precision)) + "\n")
 
 
 if __name__ == "__main__":
