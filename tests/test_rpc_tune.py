@@ -28,7 +28,8 @@ class Cluster:
 
     def __init__(self, tmp_path):
         self.tmp_path, self.procs, self.logs = tmp_path, {}, {}
-        self.port = free_port()
+        self.taken: set[int] = set()  # ports handed out: the OS may give a closed one again before its owner binds
+        self.port = self._port()
         self._start("tracker", "tvm.exec.rpc_tracker", "--host", "127.0.0.1", "--port", str(self.port),
                     "--port-end", str(self.port + 1))  # fmt: skip
         self.spec = f"127.0.0.1:{self.port}:{KEY}"
@@ -39,8 +40,15 @@ class Cluster:
             self.procs[name] = subprocess.Popen([sys.executable, "-m", module, *args], stdout=log,
                                                 stderr=subprocess.STDOUT, start_new_session=True)  # fmt: skip
 
+    def _port(self) -> int:
+        """A free port that, with the one after it, no process of this cluster was given."""
+        while (port := free_port()) in self.taken or port + 1 in self.taken:
+            pass
+        self.taken |= {port, port + 1}
+        return port
+
     def add_server(self, name, key=KEY):
-        port = free_port()
+        port = self._port()
         self._start(name, "tvm.exec.rpc_server", "--host", "127.0.0.1", "--port", str(port), "--port-end",
                     str(port + 1), "--tracker", f"127.0.0.1:{self.port}", "--key", key)  # fmt: skip
 
