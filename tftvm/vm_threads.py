@@ -11,6 +11,7 @@ TVM's pool, for the VM as for a TvmCall.
 """
 from __future__ import annotations
 
+import functools
 import os
 import tempfile
 
@@ -43,12 +44,15 @@ def load(path):
 def call(function, *args):
     """`function(*args)` (a VM entry) with the parallel loops of the kernels it calls on a
     pool of as many threads as TF's intra-op pool has."""
+    return _launcher()(function, *args)
+
+
+@functools.lru_cache(maxsize=None)
+def _launcher():
+    """The FFI entry with the pool's size bound: looked up once, not on every model call
+    (the pool is made on the first call, and keeps that size)."""
+    import tensorflow as tf
     import tvm_ffi
 
-    return tvm_ffi.get_global_func("tftvm.call_on_shared_threads")(_threads(), function, *args)
-
-
-def _threads() -> int:
-    import tensorflow as tf
-
-    return tf.config.threading.get_intra_op_parallelism_threads() or len(os.sched_getaffinity(0))
+    threads = tf.config.threading.get_intra_op_parallelism_threads() or len(os.sched_getaffinity(0))
+    return functools.partial(tvm_ffi.get_global_func("tftvm.call_on_shared_threads"), threads)

@@ -33,6 +33,14 @@ def simplify(dim):
     return Analyzer().simplify(dim)
 
 
+def product(dims):
+    """The product of `dims` (ints or symbolic dims): a shape's element count."""
+    total = 1
+    for d in dims:
+        total = total * d
+    return total
+
+
 def shape_operand(ctx, node, index, value) -> ShapeValue:
     """A shape-valued input: a ShapeValue already, or a constant int tensor."""
     if isinstance(value, ShapeValue):

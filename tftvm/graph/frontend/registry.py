@@ -37,6 +37,12 @@ class ShapeValue(list):
         super().__init__(dims)
         self.scalar = scalar
 
+    def plain(self) -> "ShapeValue":
+        """The same dims, static ones as Python ints (128 // 2 then stays an int)."""
+        from tvm import tirx
+
+        return ShapeValue([int(d) if isinstance(d, tirx.IntImm) else d for d in self], self.scalar)
+
 
 def shape_tensor(ctx, value: ShapeValue, dtype: str):
     """`value` as an int tensor of `dtype` (rank 0 for a scalar dim, else rank 1), for a node
@@ -45,7 +51,7 @@ def shape_tensor(ctx, value: ShapeValue, dtype: str):
     symbolic dims it holds as arguments."""
     from tvm import relax, te, tirx
 
-    dims = [int(d) if isinstance(d, tirx.IntImm) else d for d in value]
+    dims = value.plain()
     if all(isinstance(d, int) for d in dims):
         return relax.const(np.array(dims[0] if value.scalar else dims, dtype), dtype)
 
@@ -149,12 +155,10 @@ def shape_arithmetic(ctx, node, inputs, on_dims) -> ShapeValue:
     tensors of at most one axis, a scalar or one-dim operand broadcast against the other:
     a shape value (scalar where every operand is). Unsupported for other operands (a tensor
     TVM computes: its values are not known while the graph converts)."""
-    from tvm import tirx
-
     operands = []
     for index, value in enumerate(inputs):
-        if isinstance(value, ShapeValue):  # static dims as ints: 128 // 2 stays an int
-            operands.append(ShapeValue([int(d) if isinstance(d, tirx.IntImm) else d for d in value], value.scalar))
+        if isinstance(value, ShapeValue):
+            operands.append(value.plain())
             continue
         c = np.asarray(ctx.constant(node, index))
         if c.ndim > 1 or c.dtype.kind not in "iu":

@@ -7,7 +7,7 @@ import operator
 import numpy as np
 from tvm import relax
 
-from ..helpers import dims_equal
+from ..helpers import dims_equal, product
 from ..registry import ShapeValue, Unsupported, register_converter, same_dims, shape_arithmetic, shape_tensor
 
 
@@ -195,10 +195,7 @@ def _all_any(ctx, node, x, axes):
 @register_converter("Prod")
 def _prod(ctx, node, x, axes):
     if isinstance(x, ShapeValue):
-        total = 1
-        for d in x:
-            total = total * d
-        return ShapeValue([total], scalar=not ctx.attr(node, "keep_dims", False))
+        return ShapeValue([product(x)], scalar=not ctx.attr(node, "keep_dims", False))
     return _reduction("prod")(ctx, node, x, axes)
 
 

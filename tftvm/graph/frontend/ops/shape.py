@@ -9,7 +9,7 @@ from __future__ import annotations
 import numpy as np
 from tvm import relax
 
-from ..helpers import shape_operand, simplify, static_dims
+from ..helpers import product, shape_operand, simplify, static_dims
 from ..registry import ShapeValue, Unsupported, register_converter, same_dims
 
 
@@ -37,14 +37,8 @@ def _reshape(ctx, node, x, shape):
         return ShapeValue(list(x), scalar=len(size) == 0)
     dims = shape if isinstance(shape, ShapeValue) else [int(d) for d in ctx.constant(node, 1)]
     if any(isinstance(d, int) and d == -1 for d in dims):
-        known = 1
-        for d in dims:
-            if not (isinstance(d, int) and d == -1):
-                known = known * d
-        total = 1
-        for d in x.ty.shape:
-            total = total * d
-        dims = [total // known if isinstance(d, int) and d == -1 else d for d in dims]
+        known = product(d for d in dims if not (isinstance(d, int) and d == -1))
+        dims = [product(x.ty.shape) // known if isinstance(d, int) and d == -1 else d for d in dims]
     return relax.op.reshape(x, [simplify(d) for d in dims])
 
 
@@ -55,10 +49,7 @@ def _shape(ctx, node, x):
 
 @register_converter("Size")
 def _size(ctx, node, x):
-    total = 1
-    for d in x.ty.shape:
-        total = total * d
-    return ShapeValue([simplify(total)], scalar=True)
+    return ShapeValue([simplify(product(x.ty.shape))], scalar=True)
 
 
 @register_converter("StridedSlice", constant_inputs=(1, 2, 3))
