@@ -230,6 +230,18 @@ def test_shape_arithmetic_with_a_computed_tensor_is_unsupported():
         to_relax(nodes, inputs, outputs)
 
 
+@pytest.mark.parametrize("fn, shapes, why", [
+    # An update whose dim may be 0 while the input's is not: the clamped read would leave it.
+    (lambda x, u: xla.dynamic_update_slice(x, u, tf.zeros([2], tf.int32)), [(4, 3), (None, 3)], "may be 0"),
+    # A dim divided by another dim: TF reports a division by 0, a kernel would trap.
+    (lambda x: tf.reshape(x, [-1, tf.shape(x)[1] // tf.shape(x)[0]]), [(None, 4)], "by a symbolic dim"),
+], ids=["update_may_be_empty", "floordiv_by_a_dim"])  # fmt: skip
+def test_what_could_read_outside_or_divide_by_zero_stays_in_tf(fn, shapes, why):
+    nodes, inputs, outputs, _ = graph_of(fn, shapes)
+    with pytest.raises(Unsupported, match=why):
+        to_relax(nodes, inputs, outputs)
+
+
 def test_a_shape_value_read_outside_the_cluster_is_handed_over_as_an_int_tensor(rng):
     """Shape values are dims (Python-side) inside a cluster; where TF nodes outside read one,
     a small kernel writes it out as a tensor of the TF output's dtype."""
