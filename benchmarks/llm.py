@@ -1,7 +1,7 @@
 """Text generation: keras_hub decoders' greedy generate(), TF against XLA and tftvm.enable().
 
     python benchmarks/llm.py [--models gpt2,llama] [--batch 1,8] [--prompt 32] [--new 64]
-                             [--repeats 3] [--precision bf16] [--markdown FILE]
+                             [--repeats 3] [--jit-compile inside] [--precision bf16] [--markdown FILE]
 
 Models (random weights; `preprocessor=None`, so generate() takes token ids and a padding mask):
   gpt2   GPT-2 small's shape: 12 layers, hidden 768, 12 heads, MLP 3072, 50257 tokens (124M)
@@ -15,6 +15,9 @@ ids, then --new tokens to generate; stop tokens off, so every call makes them al
   enable   the default compile, its first call under `tftvm.enable()` (the user's code
            unchanged; the pass then switched off for new graphs only, so the other ways
            run TF's)
+  XLA+enable  compile(jit_compile=True), its first call under the same `tftvm.enable()`, whose
+           `jit_compile` option is --jit-compile: "replace" (TVM's clusters and TF's executor
+           instead of XLA, the default) or "inside" (TVM's clusters as custom calls in XLA's program)
   enable bf16  with --precision bf16: the same, `tftvm.enable(precision="bf16")` (weights and
            activations of the products in bf16: half the bytes a decode step reads), in a
            second child process beside TF of its own (enable() with other options has TF
@@ -40,7 +43,7 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 MODELS = ["gpt2", "llama"]
-WAYS = ["TF", "XLA", "enable"]
+WAYS = ["TF", "XLA", "enable", "XLA+enable"]
 
 
 def causal_lm(name: str, backbone):
@@ -70,7 +73,7 @@ def ways(name: str, length: int, names: list[str]) -> dict:
     lms = {}
     for way in names:
         lm = causal_lm(name, shared)
-        lm.compile(sampler="greedy", jit_compile=way == "XLA")
+        lm.compile(sampler="greedy", jit_compile=way.startswith("XLA"))
         lms[way] = lm
     return lms
 
@@ -79,7 +82,8 @@ def generated(lm, prompt) -> np.ndarray:
     return np.asarray(lm.generate(prompt, stop_token_ids=None)["token_ids"])
 
 
-def measure(name: str, batch: int, prompt_len: int, new: int, repeats: int, names: list[str]) -> dict:
+def measure(name: str, batch: int, prompt_len: int, new: int, repeats: int, names: list[str],
+            jit_compile: str) -> dict:
     import tftvm
     from tftvm import enable_pass
 
@@ -91,19 +95,24 @@ def measure(name: str, batch: int, prompt_len: int, new: int, repeats: int, name
               "padding_mask": np.arange(length)[None, :].repeat(batch, 0) < prompt_len}  # fmt: skip
     lms = ways(name, length, names)
     first, tokens, rewrites = {}, {}, {}
-    for way, lm in lms.items():
-        start = time.perf_counter()
-        if way.startswith("enable"):
-            before = len(enable_pass.rewrites())
-            tftvm.enable(precision=way.split()[1] if " " in way else "f32")
-            try:
-                tokens[way] = generated(lm, prompt)
-            finally:
-                tftvm.disable(keep_rewritten=True)
-            rewrites[way] = enable_pass.rewrites()[before:]
-        else:
+    for way, lm in lms.items():  # the ways without tftvm first: enable() makes TF instantiate again
+        if "enable" not in way:
+            start = time.perf_counter()
             tokens[way] = generated(lm, prompt)
-        first[way] = time.perf_counter() - start
+            first[way] = time.perf_counter() - start
+    enabled = [way for way in lms if "enable" in way]
+    if enabled:  # every tftvm way's first call under one enable(), so none is instantiated again
+        precision = enabled[0].split()[1] if " " in enabled[0] else "f32"
+        tftvm.enable(precision=precision, jit_compile=jit_compile)
+        try:
+            for way in enabled:
+                before = len(enable_pass.rewrites())
+                start = time.perf_counter()
+                tokens[way] = generated(lms[way], prompt)
+                first[way] = time.perf_counter() - start
+                rewrites[way] = enable_pass.rewrites()[before:]
+        finally:
+            tftvm.disable(keep_rewritten=True)
     samples = {way: [] for way in lms}
     for _ in range(repeats):
         for way, lm in lms.items():
@@ -118,6 +127,8 @@ def measure(name: str, batch: int, prompt_len: int, new: int, repeats: int, name
         row[f"{way}/TF"] = s / tf_s
         row[f"{way} first s"] = first[way]
         row[f"{way} same tokens"] = bool(np.array_equal(tokens[way], tokens["TF"]))
+    if "XLA+enable" in lms:
+        row["XLA+enable/XLA"] = row["XLA+enable/TF"] / row["XLA/TF"]
     for way, done in rewrites.items():
         compute = sum(r.compute_nodes for r in done)
         row[f"{way} in TVM %"] = 100.0 * sum(r.offloaded for r in done) / compute if compute else 0.0
@@ -134,7 +145,7 @@ def in_child(name: str, batch: int, args) -> dict:
             result = Path(tmp) / "row.json"
             cmd = [sys.executable, __file__, "--child", name, "--ways", ",".join(names), "--batch", str(batch),
                    "--prompt", str(args.prompt), "--new", str(args.new), "--repeats", str(args.repeats),
-                   "--result", str(result)]  # fmt: skip
+                   "--jit-compile", args.jit_compile, "--result", str(result)]  # fmt: skip
             proc = subprocess.run(cmd, env=dict(os.environ, KERAS_BACKEND="tensorflow"))
             if proc.returncode != 0 or not result.exists():
                 return {"model": name, "batch": batch, "error": f"child exited with {proc.returncode}"}
@@ -145,9 +156,10 @@ def in_child(name: str, batch: int, args) -> dict:
 
 def columns(precision: str | None) -> list[tuple[str, str]]:
     extra = [f"enable {precision}"] if precision else []
-    ways = ["XLA", "enable", *extra]
+    ways = ["XLA", "enable", "XLA+enable", *extra]
     return [("model", ""), ("batch", "d"), ("TF tok/s", ".1f"), *[(f"{w}/TF", ".2f") for w in ways],
-            *[(f"{w} tok/s", ".1f") for w in ways], *[(f"{w} in TVM %", ".1f") for w in ["enable", *extra]],
+            ("XLA+enable/XLA", ".2f"), *[(f"{w} tok/s", ".1f") for w in ways],
+            *[(f"{w} in TVM %", ".1f") for w in ["enable", "XLA+enable", *extra]],
             ("TF first s", ".1f"), *[(f"{w} first s", ".1f") for w in ways],
             *[(f"{w} same tokens", "") for w in ways], ("error", "")]  # fmt: skip
 
@@ -159,6 +171,8 @@ def main() -> None:
     parser.add_argument("--prompt", type=int, default=32, help="prompt tokens")
     parser.add_argument("--new", type=int, default=64, help="tokens to generate")
     parser.add_argument("--repeats", type=int, default=3, help="timed calls per way, interleaved")
+    parser.add_argument("--jit-compile", default="replace", choices=["inside", "replace"],
+                        help="enable()'s jit_compile option, for the XLA+enable way")
     parser.add_argument("--precision", choices=["bf16"], help="also enable() with this precision")
     parser.add_argument("--markdown", help="also write the table as Markdown to this file")
     parser.add_argument("--child", help=argparse.SUPPRESS)
@@ -166,7 +180,8 @@ def main() -> None:
     parser.add_argument("--result", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.child:
-        row = measure(args.child, int(args.batch), args.prompt, args.new, args.repeats, args.ways.split(","))
+        row = measure(args.child, int(args.batch), args.prompt, args.new, args.repeats, args.ways.split(","),
+                      args.jit_compile)
         Path(args.result).write_text(json.dumps(row))
         return
     from common import CPU_FLAGS, cpu_flags, machine, markdown_table, print_table

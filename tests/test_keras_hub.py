@@ -58,10 +58,12 @@ def test_backbone_runs_wholly_in_tvm_on_every_path(name, rng):
         assert relative_error(g, want) <= 1e-5
 
 
-def test_greedy_generate_under_enable_gives_keras_tokens(rng):
+@pytest.mark.parametrize("jit_compile", [False, "replace", "inside"])
+def test_greedy_generate_under_enable_gives_keras_tokens(jit_compile, rng):
     """GPT-2's generate() (a While loop whose body updates the KV cache with
     XlaDynamicUpdateSlice) under enable(), the user's code unchanged: the same greedy tokens,
-    and the decode step's compute in TVM."""
+    and the decode step's compute in TVM. With compile(jit_compile=True) XLA compiles
+    generate(); enable()'s jit_compile mode says what becomes of it."""
     import keras
 
     keras.utils.set_random_seed(0)
@@ -72,12 +74,12 @@ def test_greedy_generate_under_enable_gives_keras_tokens(rng):
 
     def generate():
         lm = keras_hub.models.GPT2CausalLM(backbone=backbone, preprocessor=None)
-        lm.compile(sampler="greedy")
+        lm.compile(sampler="greedy", jit_compile=bool(jit_compile))
         return lm.generate(prompt, stop_token_ids=None)["token_ids"]
 
     want = generate()
     before = len(enable_pass.rewrites())
-    with tftvm.enabled(keep_faster=False):
+    with tftvm.enabled(keep_faster=False, jit_compile=jit_compile or "replace"):
         got = generate()
         report = tftvm.enabled_report()
     np.testing.assert_array_equal(got, want)

@@ -5,6 +5,19 @@ Keras predict/fit/evaluate, a loaded SavedModel's signatures) goes through tftvm
 (`_native/graph_pass.cc`), which hands it to `graph.function_pass`: the same pipeline,
 kernel cache and tuning database as `tftvm.optimize`. A failure in the pass leaves that graph
 to TF and says why in the log and in `enabled_report()`.
+
+A `tf.function(jit_compile=True)` (Keras' `jit_compile`, keras_hub's `generate`) never reaches
+TF's graph passes: XLA compiles it instead. While enabled (unless `jit_compile="xla"`), TF's
+`jit_compile_rewrite` is on, so such a function goes through the passes and then TF's executor;
+the pass hands back to XLA what it should still compile (`_native/xla_function.cc`):
+- `"replace"` (the default): TVM's clusters and the TF ops around them run in TF's executor, as
+  in a function without jit_compile; a function with nothing offloaded stays XLA's. A failure
+  stays in the pass, where the graph is left to TF (or XLA).
+- `"inside"`: TVM's clusters become TvmCall nodes, and XLA compiles the whole function, the
+  clusters as custom calls (TvmCall's XLA kernel). XLA compiles after the pass, at the first
+  call of each shape, so a cluster XLA cannot compile (a dim set by a computed scalar) fails
+  that call;
+- `"xla"`: jit_compile functions are left to XLA, as they are without tftvm.
 """
 from __future__ import annotations
 
@@ -19,13 +32,17 @@ _state = threading.Lock()
 _options: dict = {}
 _rewrites: list = []  # function_pass.Rewrite per graph the pass saw, in order
 _rewritten_kept = False  # disabled with keep_rewritten=True: TF may still run rewritten graphs
+JIT_MODES = {"xla": 0, "inside": 1, "replace": 2}  # graph_pass.cc's JitMode
+_jit_rewrite_before: list = []  # TF's own jit_compile_rewrite setting, while enable() sets it
 
 
 def enable(*, min_cluster_size: int = 3, max_clusters: int | None = None, allow: set | None = None,
-           deny: set | None = None, target=None, database=None, keep_faster=None, precision: str = "f32") -> None:  # fmt: skip
+           deny: set | None = None, target=None, database=None, keep_faster=None, precision: str = "f32",
+           jit_compile: str = "replace") -> None:  # fmt: skip
     """Offload the TVM-convertible parts of every graph TF runs from now on; the options are
-    `tftvm.optimize`'s. Functions called before are instantiated again on their next call, so
-    they go through the pass too (unless the pass was on already, with these options)."""
+    `tftvm.optimize`'s, and `jit_compile` says what becomes of `tf.function(jit_compile=True)`
+    functions (the module's docstring). Functions called before are instantiated again on their
+    next call, so they go through the pass too (unless the pass was on already, with these options)."""
     import tvm_ffi
 
     from . import native
@@ -33,15 +50,19 @@ def enable(*, min_cluster_size: int = 3, max_clusters: int | None = None, allow:
     from .graph.offload import safety_net
 
     precisions.check(precision)
+    if jit_compile not in JIT_MODES:
+        raise ValueError(f"jit_compile must be one of {sorted(JIT_MODES)}, not {jit_compile!r}")
     native.load()
     options = dict(min_cluster_size=min_cluster_size, max_clusters=max_clusters, allow=allow, deny=deny,
                    target=target, database=database, keep_faster=safety_net.enabled(keep_faster),
-                   precision=precision)  # fmt: skip
+                   precision=precision, jit_compile=jit_compile)  # fmt: skip
     with _state:
         changed = not is_enabled() or options != _options
         _options.clear()
         _options.update(options)
         tvm_ffi.register_global_func("tftvm.graph_pass", _graph_pass, override=True)
+        tvm_ffi.get_global_func("tftvm.set_graph_pass_jit_mode")(JIT_MODES[jit_compile])
+        _set_jit_compile_rewrite(jit_compile != "xla")
         tvm_ffi.get_global_func("tftvm.set_graph_pass_enabled")(True)
     if changed:
         _forget_instantiated_functions()
@@ -60,9 +81,24 @@ def disable(*, keep_rewritten: bool = False) -> None:
     if setter is None or not (is_enabled() or _rewritten_kept):
         return
     setter(False)
+    _set_jit_compile_rewrite(False)
     _rewritten_kept = keep_rewritten
     if not keep_rewritten:
         _forget_instantiated_functions()
+
+
+def _set_jit_compile_rewrite(on: bool) -> None:
+    """TF's `jit_compile_rewrite` on (jit_compile functions reach the pass), or back to what it
+    was before enable() set it."""
+    from tensorflow.python.eager import context
+
+    if on and not _jit_rewrite_before:
+        _jit_rewrite_before.append(context.jit_compile_rewrite_enabled())
+    if not on and not _jit_rewrite_before:
+        return
+    wanted = on or _jit_rewrite_before.pop()
+    if wanted != context.jit_compile_rewrite_enabled():
+        (context.enable_jit_compile_rewrite if wanted else context.disable_jit_compile_rewrite)()
 
 
 def _forget_instantiated_functions() -> None:
@@ -129,7 +165,8 @@ def _graph_pass(graph_def: bytes, function_def: bytes) -> bytes:
     from .graph import function_pass
 
     try:
-        rewritten, done = function_pass.rewrite(bytes(graph_def), bytes(function_def), dict(_options))
+        options = {k: v for k, v in _options.items() if k != "jit_compile"}  # the pipeline's own
+        rewritten, done = function_pass.rewrite(bytes(graph_def), bytes(function_def), options)
     except Exception as err:  # noqa: BLE001  the user's program must run on: this graph stays in TF
         name = _function_name(function_def)
         log.warning("tftvm pass: %s runs in TF: %s: %s", name, type(err).__name__, err)

@@ -33,6 +33,12 @@
 
 namespace tftvm {
 
+namespace {
+std::atomic<int64_t> g_runs[2] = {0, 0};  // TvmCall runs: [0] TF's kernel, [1] XLA's custom call
+}  // namespace
+
+void CountRun(bool under_xla) { g_runs[under_xla ? 1 : 0].fetch_add(1, std::memory_order_relaxed); }
+
 bool ToDLDataType(tensorflow::DataType dt, DLDataType* out) {
   switch (dt) {
     case tensorflow::DT_HALF: *out = {kDLFloat, 16, 1}; return true;
@@ -285,6 +291,7 @@ class TvmCallOp : public OpKernel {
   }
 
   void Compute(OpKernelContext* ctx) override {
+    CountRun(false);
     if (memoize_ && ReplayMemo(ctx)) return;
     Run(ctx);
     if (memoize_ && ctx->status().ok()) KeepMemo(ctx);
@@ -498,6 +505,7 @@ TVM_FFI_STATIC_INIT_BLOCK() {
         return static_cast<int64_t>(ModuleRegistry::Global().size());
       })
       .def("tftvm.max_tvm_threads", []() -> int64_t { return g_max_tvm_threads.load(); })
+      .def("tftvm.tvm_calls_run", [](bool under_xla) -> int64_t { return g_runs[under_xla ? 1 : 0].load(); })
       .def("tftvm.max_loop_threads", []() -> int64_t { return MaxLoopThreads(); });
 }
 

@@ -21,6 +21,10 @@ bool ToDLDataType(tensorflow::DataType dt, DLDataType* out);
 // integers as int64, floats as double, bool as bool; none for a dtype TVM cannot take.
 tvm::ffi::AnyView ScalarArg(DLDataType dtype, const void* data);
 
+// Counts a run of a TvmCall node, by TF's kernel or as XLA's custom call: which runtime ran
+// the kernels (`tftvm.tvm_calls_run`), for enable()'s jit_compile modes and their tests.
+void CountRun(bool under_xla);
+
 // The parsed in_spec / out_spec attrs of a TvmCall node.
 struct Specs {
   std::vector<TensorSpec> inputs, outputs;

@@ -93,6 +93,7 @@ struct Aligned {  // a 64-byte aligned copy of a misaligned buffer
 
 ffi::Error Call(ffi::RemainingArgs args, ffi::RemainingRets rets, std::string_view key,
                 std::string_view func, std::string_view op, std::string_view scalars) {
+  CountRun(true);
   std::string where = "tftvm op '" + std::string(op) + "'";
   std::optional<tvm::ffi::Function> f;
   try {
