@@ -39,6 +39,11 @@ CASES = {
     "BatchMatMulV2/adj_y": (lambda a, b: tf.linalg.matmul(a, b, adjoint_b=True), [(2, 5, 4), (2, 7, 4)]),
     "BatchMatMulV2/tiled": (lambda a, b: tf.linalg.matmul(a, b, adjoint_b=True), [(2, 3, 8), (2, 16, 8)]),
     "BatchMatMulV2/broadcast": (lambda a, b: tf.linalg.matmul(a, b, adjoint_b=True), [(2, 5, 4), (1, 7, 4)]),
+    # A decode step's attention as Keras writes it: scores K·qᵀ of one column, probabilities
+    # (one row) times V, both caches transposed first (one einsum over the caches as they are).
+    "BatchMatMulV2/one_column": (lambda k, q: tf.matmul(tf.transpose(k, (0, 2, 1, 3)), tf.transpose(q, (0, 2, 3, 1))),
+                                 [(2, 6, 3, 8), (2, 1, 3, 8)]),
+    "BatchMatMulV2/one_row": (lambda p, v: tf.matmul(p, tf.transpose(v, (0, 2, 1, 3))), [(2, 3, 1, 6), (2, 6, 3, 8)]),
     "Softmax": (tf.nn.softmax, [(3, 6)]),
     "LogSoftmax": (tf.nn.log_softmax, [(3, 6)]),
     "Sum": (lambda x: tf.reduce_sum(x, axis=1), [(3, 4, 2)]),
@@ -455,3 +460,23 @@ print("ok")
 """
     result = run_python(code)
     assert result.returncode == 0 and result.stdout.strip().endswith("ok"), result.stderr[-3000:]
+
+
+@pytest.mark.parametrize("exponent", [2.0, 3.0, 4.0, 2.5])
+def test_a_power_by_a_small_constant_matches_tf_on_edge_values(exponent):
+    """x ** 2, 3 and 4 run as products (ops/math.py), x ** 2.5 as a power: TF's signs, NaN,
+    infinities, signed zeros and overflow either way."""
+    values = np.array([[np.nan, -2.0, -0.0, 0.0, 0.5, -1.5], [np.inf, -np.inf, 3e12, -3e12, 1e-20, -7.0]], F)
+    program = check_converter(lambda x: tf.pow(x, exponent), [tf.TensorSpec((None, 6), F)], [[values]], "Pow")
+    got, want = program(tf.constant(values)).numpy(), tf.pow(values, exponent).numpy()
+    numbers = ~np.isnan(want)  # (a NaN's sign bit means nothing)
+    np.testing.assert_array_equal(np.signbit(got)[numbers], np.signbit(want)[numbers])
+
+
+@pytest.mark.parametrize("case", ["BatchMatMulV2/one_column", "BatchMatMulV2/one_row"])
+def test_a_decode_steps_attention_is_one_einsum_over_the_caches_as_they_are(case):
+    fn, shapes = CASES[case]
+    nodes, inputs, outputs, _ = graph_of(fn, shapes)
+    text = to_relax(nodes, inputs, outputs).script()
+    einsum = next(line for line in text.splitlines() if "R.einsum" in line)
+    assert "in1" in einsum if case.endswith("row") else "in0" in einsum, text  # the cache itself

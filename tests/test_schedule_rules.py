@@ -74,3 +74,20 @@ def test_a_block_no_rule_matches_is_left_as_it_is():
 def test_the_rules_are_tried_in_their_documented_order():
     assert [r.name for r in RULES] == ["register tiles", "transposed operand", "dot products", "column sums",
                                        "tiled transpose", "parallel loops"]  # fmt: skip
+
+
+def test_a_decode_steps_single_row_takes_its_batch_as_the_tiles_rows(rng):
+    """[batch, 1 token, K] · W: tiles run over the batch (B does not index it), so that the
+    eight rows of a tile share each vector of W rather than reading all of W once per row."""
+    A, B = te.placeholder((8, 1, 96), name="A"), te.placeholder((96, 64), name="B")
+    r = te.reduce_axis((0, 96), name="r")
+    C = te.compute((8, 1, 64), lambda b, i, j: te.sum(A[b, i, r] * B[r, j], axis=r), name="C")
+    sch = s_tir.Schedule(tvm.IRModule({"main": te.create_prim_func([A, B, C])}))
+    (block,) = sch.get_child_blocks(sch.get_sblock("root"))
+    assert schedule_block(sch, block) == "register tiles"
+    unrolled = [loop for loop in sch.get_loops(sch.get_sblock("C_update"))
+                if sch.get(loop).kind == tvm.tirx.ForKind.UNROLLED]  # fmt: skip
+    assert [int(sch.get(loop).extent) for loop in unrolled] == [8]  # a tile's rows: the batch
+    op = tftvm.op([A, B], [C], name="rule_decode_step")
+    a, b = rng.standard_normal((8, 1, 96)).astype(np.float32), rng.standard_normal((96, 64)).astype(np.float32)
+    np.testing.assert_allclose(op(a, b).numpy(), a @ b, rtol=1e-4, atol=1e-4)

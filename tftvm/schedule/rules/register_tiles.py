@@ -32,8 +32,37 @@ class RegisterTiles(BlockRule):
         return True if tiles and columns_contiguous(info.stmt, info.spatial) else None
 
     def apply(self, sch, block, info, plan, schedule_block) -> None:
-        loops = rows_b_does_not_index(sch, block, info.stmt, info.loops, info.spatial)
+        loops = rows_from_a_batch_axis(sch, block, info.stmt, info.loops, info.spatial)
+        if loops is None:
+            loops = rows_b_does_not_index(sch, block, info.stmt, info.loops, info.spatial)
         tile_reduction(sch, block, loops, info.spatial, info.lanes, info.parallel, schedule_block)
+
+
+def b_indexes(stmt, spatial):
+    """A test of whether the column operands (B) index a block iter var."""
+    column = stmt.iter_vars[spatial - 1].var
+    b_regions = [read.region for read in input_reads(stmt) if any(uses(r.min, column) for r in read.region)]
+    return lambda var: any(uses(r.min, var) for region in b_regions for r in region)
+
+
+def rows_from_a_batch_axis(sch, block, stmt, loops, spatial) -> list | None:
+    """The block's loops with a row axis of one (a decode step's [batch, 1 token, K] · W)
+    moved out, and the innermost static batch axis of more than one that B does not index
+    taking its place: tiles of one row would each read their whole block of B for a single
+    row (eight times the weights at a batch of 8). None where the rows are not one."""
+    from tvm import tirx
+
+    extents = [sch.get(loop).extent for loop in loops]
+    if spatial < 3 or not (isinstance(extents[spatial - 2], tirx.IntImm) and int(extents[spatial - 2]) == 1):
+        return None
+    indexed = b_indexes(stmt, spatial)
+    for axis in range(spatial - 3, -1, -1):
+        extent = extents[axis]
+        if isinstance(extent, tirx.IntImm) and int(extent) > 1 and not indexed(stmt.iter_vars[axis].var):
+            others = [loop for i, loop in enumerate(loops[: spatial - 1]) if i != axis]
+            sch.reorder(*others, loops[axis], loops[spatial - 1])
+            return sch.get_loops(block)
+    return None
 
 
 def rows_b_does_not_index(sch, block, stmt, loops, spatial) -> list:
@@ -46,11 +75,7 @@ def rows_b_does_not_index(sch, block, stmt, loops, spatial) -> list:
     from tvm import tirx
 
     iter_vars = [iv.var for iv in stmt.iter_vars]
-    column = iter_vars[spatial - 1]
-    b_regions = [read.region for read in input_reads(stmt) if any(uses(r.min, column) for r in read.region)]
-
-    def indexed_by_b(var) -> bool:
-        return any(uses(r.min, var) for region in b_regions for r in region)
+    indexed_by_b = b_indexes(stmt, spatial)
 
     def static(loop) -> bool:
         return isinstance(sch.get(loop).extent, tirx.IntImm)

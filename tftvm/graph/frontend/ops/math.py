@@ -45,9 +45,34 @@ ON_DIMS = {"Add": operator.add, "AddV2": operator.add, "Sub": operator.sub, "Mul
            "Maximum": _dim_max, "Minimum": _dim_min}  # fmt: skip
 
 for _tf, _rx in {"Add": "add", "AddV2": "add", "Sub": "subtract", "Mul": "multiply",
-                 "RealDiv": "divide", "Maximum": "maximum", "Minimum": "minimum",
-                 "Pow": "power"}.items():  # fmt: skip
+                 "RealDiv": "divide", "Maximum": "maximum", "Minimum": "minimum"}.items():  # fmt: skip
     register_converter(_tf, broadcast=True, on_shapes=ON_DIMS.get(_tf))(_binary(_rx))
+
+
+@register_converter("Pow", broadcast=True)
+def _pow(ctx, node, x, y):
+    """A float raised to a constant 2, 3 or 4 (GELU's tanh form cubes its input) as products:
+    `power` is a libm call per element, which LLVM neither vectorizes nor shares between the
+    copies of it that inlining makes, and it costs GPT-2's decode step more than its MLP's
+    matmul. The products round twice or thrice where powf rounds once (an ulp or two); NaN,
+    infinities and signed zeros come out as powf gives them."""
+    from tvm.ir.expr import Constant
+
+    times = None
+    if isinstance(y, Constant) and str(x.ty.dtype).startswith("float"):
+        value = y.value.numpy()
+        if value.size == 1 and value.ndim <= len(x.ty.shape) and float(value.reshape(())) in (2.0, 3.0, 4.0):
+            times = int(value.reshape(()))
+    if times is None:
+        return relax.op.power(x, y)
+    if times == 4:
+        square = relax.op.multiply(x, x)
+        product = relax.op.multiply(square, square)
+    else:
+        product = x
+        for _ in range(times - 1):
+            product = relax.op.multiply(product, x)
+    return product  # y has one element and no more dims than x: x's shape, as the power has
 
 
 for _tf, _rx in {"Greater": "greater", "GreaterEqual": "greater_equal", "Less": "less",
@@ -157,6 +182,8 @@ def _batch_matmul(ctx, node, a, b):
 
     a, b = same_dims(ctx, [a, b], skip=(-1, -2))  # the batch dims
     adj_x, adj_y = ctx.attr(node, "adj_x", False), ctx.attr(node, "adj_y", False)
+    if not adj_x and not adj_y and (_one_column(a, b) or _one_row_by_a_transpose(ctx, a, b)):
+        return _einsum_through_transposes(ctx, a, b)
     if adj_y and not adj_x and _rows_by_rows(a, b):
         batch = "abcdefgh"[: len(a.ty.shape) - 2]
         return op.einsum([a, b], f"{batch}ik,{batch}jk->{batch}ij")
@@ -165,6 +192,72 @@ def _batch_matmul(ctx, node, a, b):
     if adj_y:
         b = swap_last(b)
     return op.matmul(a, b)
+
+
+def _one_column(a, b) -> bool:
+    """Whether A·B has one static column and several rows, over the same batch dims:
+    attention's scores in a decode step as Keras writes them, K·qᵀ, [..., keys, depth] by
+    [..., depth, 1]."""
+    from tvm import tirx
+
+    rows, cols = a.ty.shape[-2], b.ty.shape[-1]
+    return (len(a.ty.shape) == len(b.ty.shape) >= 2 and dims_equal(list(a.ty.shape)[:-2], list(b.ty.shape)[:-2])
+            and isinstance(cols, tirx.IntImm) and int(cols) == 1
+            and not (isinstance(rows, tirx.IntImm) and int(rows) == 1))  # fmt: skip
+
+
+def _one_row_by_a_transpose(ctx, a, b) -> bool:
+    """Whether A·B has one static row and B is a transpose, over the same batch dims:
+    attention's probabilities times the values in a decode step, which Keras transposes."""
+    from tvm import tirx
+
+    rows = a.ty.shape[-2]
+    return (len(a.ty.shape) == len(b.ty.shape) >= 3 and dims_equal(list(a.ty.shape)[:-2], list(b.ty.shape)[:-2])
+            and isinstance(rows, tirx.IntImm) and int(rows) == 1
+            and _transpose_making(ctx, b) is not None)  # fmt: skip
+
+
+def _einsum_through_transposes(ctx, a, b):
+    """A·B as one einsum over the tensors before the transposes that made A or B (Keras
+    transposes a decode step's key and value caches for each layer, a copy of the cache per
+    layer and step), so that the transposes are not written out. With one column it runs as
+    dot products of A's rows with it (the default schedule's rule for a reduction along the
+    last axis), where a matmul's register tiles, a vector of columns wide, would run scalar;
+    with one row as register tiles over B's columns, read where they are."""
+    letters = "abcdefghijklmnopqrstuvw"
+    n = len(a.ty.shape)
+    batch, i, k, j = letters[: n - 2], "x", "y", "z"
+    a, a_sub = _before_transpose(ctx, a, batch + i + k)
+    b, b_sub = _before_transpose(ctx, b, batch + k + j)
+    return relax.op.einsum([a, b], f"{a_sub},{b_sub}->{batch}{i}{j}")
+
+
+def _transpose_making(ctx, value):
+    """The permute_dims call that `value` is bound to, or None."""
+    from tvm.relax import Call, Var
+
+    if not isinstance(value, Var) or ctx.bb is None:
+        return None
+    try:
+        bound = ctx.bb.lookup_binding(value)
+    except Exception:  # TVM raises its own error types for a var it has no binding of
+        return None
+    return bound if isinstance(bound, Call) and getattr(bound.op, "name", "") == "relax.permute_dims" else None
+
+
+def _before_transpose(ctx, value, subscripts: str):
+    """(the tensor a permute_dims made `value` from, its einsum subscripts), or `value` and
+    `subscripts` where no permute_dims made it."""
+    transpose = _transpose_making(ctx, value)
+    if transpose is None:
+        return value, subscripts
+    axes = transpose.attrs.axes
+    if axes is None:  # a reversal of every axis
+        return transpose.args[0], subscripts[::-1]
+    source = [""] * len(subscripts)
+    for position, axis in enumerate(axes):
+        source[int(axis)] = subscripts[position]
+    return transpose.args[0], "".join(source)
 
 
 def _reduction(fn_name):
