@@ -73,6 +73,35 @@ def test_property_random_dags_stay_acyclic(dag):
     assert contracted_is_acyclic(nodes, edges, clusters)
 
 
+def full_search(self, a, b) -> bool:
+    """Is b reachable from a through another cluster, searching everything downstream of a."""
+    stack = [s for s in self.succ[a] if s != b]
+    seen = set(stack)
+    while stack:
+        x = stack.pop()
+        if x == b:
+            return True
+        for s in self.succ[x] - seen:
+            seen.add(s)
+            stack.append(s)
+    return False
+
+
+@settings(max_examples=300, deadline=None)
+@given(random_dag())
+def test_property_the_bounded_search_merges_what_a_full_search_merges(dag):
+    import pytest
+
+    from tftvm.graph.offload import partition
+
+    nodes, edges, supported = dag
+    bounded = cluster(nodes, edges, lambda n: n in supported, min_cluster_size=1)
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(partition.Clusters, "path_avoiding_direct_edge", full_search)
+        full = cluster(nodes, edges, lambda n: n in supported, min_cluster_size=1)
+    assert bounded == full
+
+
 def test_topological_order_of_a_deep_chain_needs_no_recursion():
     from tftvm.graph.tfgraph.order import postorder
 
