@@ -55,6 +55,13 @@ ROUNDS = 7  # interleaved timed calls per side
 CALL_SECONDS = 0.003  # a timed call repeats the cluster to last about this long
 MAX_REPEATS = 32
 WARM_CALLS = 3
+# A call this long needs one warm call (the one that traces), no untimed call before each
+# timed one (the other side's spin-waiting threads cost it under 1%), and its rounds fit
+# LONG_CALL_BUDGET seconds, MIN_ROUNDS at least: a decoder's prefill at batch 8 (0.4 s a
+# call) took 15 s of measuring at 7 rounds, a first call 5x TF's.
+LONG_CALL_SECONDS = 0.05
+LONG_CALL_BUDGET = 2.0
+MIN_ROUNDS = 3
 # A verdict whose TVM/TF ratio is within this factor of 1 is a close call (the margins are
 # 1.05 to 1.25): later processes measure it again, until MEASUREMENTS timings decide.
 CLOSE_CALL = 1.4
@@ -177,17 +184,19 @@ def time_both(run_tvm, run_tf, inputs) -> Timing:
     """Interleaved medians of `run_tvm` and `run_tf` (functions of TF tensors) on `inputs`,
     each traced into a tf.function that repeats it (see _repeated)."""
     once = [_fetching(_repeated(run, 1, inputs), []) for run in (run_tvm, run_tf)]
-    repeats = _repeats(_single_run(once))
+    single = _single_run(once)
+    repeats = _repeats(single)
     calls = [_fetching(_repeated(run, repeats, inputs), []) for run in (run_tvm, run_tf)] if repeats > 1 else once
-    return _on_this_machine(lambda: _interleaved(calls, calls_per_sample=1, runs_per_call=repeats))
+    return _on_this_machine(lambda: _interleaved(calls, calls_per_sample=1, runs_per_call=repeats, single=single))
 
 
 def time_calls(run_tvm, run_tf, inputs) -> Timing:
     """Interleaved medians of two Python callables on `inputs` (a whole compiled model and
     its TF graph: both called from Python, each call's overhead alike)."""
     calls = [_fetching(f, inputs) for f in (run_tvm, run_tf)]
-    repeats = _repeats(_single_run(calls))
-    return _on_this_machine(lambda: _interleaved(calls, calls_per_sample=repeats, runs_per_call=1))
+    single = _single_run(calls)
+    return _on_this_machine(lambda: _interleaved(calls, calls_per_sample=_repeats(single), runs_per_call=1,
+                                                 single=single))  # fmt: skip
 
 
 def _on_this_machine(measure) -> Timing:
@@ -205,11 +214,18 @@ def _fetching(f, inputs):
 
 
 def _single_run(calls) -> float:
-    """The faster side's seconds per call, after WARM_CALLS calls of each."""
+    """The faster side's seconds per call, after up to WARM_CALLS calls of each: the first
+    traces TF's function (3 s for Xception); after it, a long call needs no more warming."""
+    seconds = []
     for call in calls:
-        for _ in range(WARM_CALLS):  # the first call traces TF's function (3 s for Xception)
-            call()
-    return min(_seconds(call) for call in calls)
+        call()
+        took = _seconds(call)
+        for _ in range(WARM_CALLS - 1):
+            if took >= LONG_CALL_SECONDS:
+                break
+            took = _seconds(call)
+        seconds.append(took)
+    return min(seconds)
 
 
 def _repeats(single: float) -> int:
@@ -217,14 +233,18 @@ def _repeats(single: float) -> int:
     return max(1, min(MAX_REPEATS, math.ceil(CALL_SECONDS / max(single, 1e-6))))
 
 
-def _interleaved(calls, calls_per_sample: int, runs_per_call: int) -> Timing:
-    """Medians over ROUNDS of seconds per run of the two `calls` (TVM's, TF's), interleaved."""
+def _interleaved(calls, calls_per_sample: int, runs_per_call: int, single: float) -> Timing:
+    """Medians over ROUNDS of seconds per run of the two `calls` (TVM's, TF's), interleaved;
+    fewer rounds for calls of LONG_CALL_SECONDS or more (`single`: seconds per call)."""
+    long_calls = single >= LONG_CALL_SECONDS
+    rounds = max(MIN_ROUNDS, min(ROUNDS, int(LONG_CALL_BUDGET / (2 * single)))) if long_calls else ROUNDS
     samples: list[list[float]] = [[], []]
-    for _ in range(ROUNDS):
+    for _ in range(rounds):
         for side, call in enumerate(calls):
             # Untimed first: the other side's worker threads (TVM's pool, TF's) spin-wait a
             # while after it returns, and on 2 cores that slows whatever runs next.
-            call()
+            if not long_calls:
+                call()
             seconds = sum(_seconds(call) for _ in range(calls_per_sample))
             samples[side].append(seconds / (calls_per_sample * runs_per_call))
     tvm_s, tf_s = (sorted(s)[len(s) // 2] for s in samples)
@@ -269,11 +289,23 @@ def subgraph(step, frozen):
     return graph_def
 
 
+RANDOM_BLOCK = 1 << 16  # normal floats drawn; a larger input repeats them
+
+
 def _random(spec, seed: int):
-    """Normal floats; zeros for integers and booleans (a gather index, a mask: always valid)."""
-    if spec.dtype.is_floating:  # drawn as float32, not NumPy's float64: half the memory, twice the speed
-        value = np.random.default_rng(seed).standard_normal(spec.shape.as_list(), dtype=np.float32)
-        return tf.constant(value, dtype=spec.dtype)
+    """Normal floats; zeros for integers and booleans (a gather index, a mask: always valid).
+    A block of RANDOM_BLOCK floats is drawn and repeated: under enable() a decoder's weights
+    are inputs, and drawing GPT-2's 124M took a second of its first call. Timing does not
+    depend on which normal values repeat, only on their kind (no denormals, no NaNs)."""
+    shape = spec.shape.as_list()
+    count = math.prod(shape)
+    if spec.dtype.is_floating and count:  # drawn as float32, not NumPy's float64: half the memory, twice the speed
+        block = np.random.default_rng(seed).standard_normal(min(count, RANDOM_BLOCK), dtype=np.float32)
+        value = np.empty(count, np.float32)
+        whole = count // len(block) * len(block)
+        value[:whole].reshape(-1, len(block))[:] = block
+        value[whole:] = block[: count - whole]
+        return tf.constant(value.reshape(shape), dtype=spec.dtype)
     return tf.zeros(spec.shape, spec.dtype)
 
 
