@@ -9,6 +9,13 @@ from tftvm.graph.lowering.program import RelaxProgram
 from conftest import check_converter, run_python
 
 F = "float32"
+
+
+def repeat_each_head(x, times=3):
+    """[batch, keys, heads, depth] with each head repeated `times` over, as Keras' repeat does."""
+    return tf.reshape(tf.tile(tf.expand_dims(x, 3), [1, 1, 1, times, 1]), [-1, x.shape[1], x.shape[2] * times, x.shape[3]])
+
+
 CASES = {
     "AddV2": (lambda x, y: x + y, [(3, 4), (4,)]),
     "Sub": (lambda x, y: x - y, [(3, 4), (3, 4)]),
@@ -44,6 +51,13 @@ CASES = {
     "BatchMatMulV2/one_column": (lambda k, q: tf.matmul(tf.transpose(k, (0, 2, 1, 3)), tf.transpose(q, (0, 2, 3, 1))),
                                  [(2, 6, 3, 8), (2, 1, 3, 8)]),
     "BatchMatMulV2/one_row": (lambda p, v: tf.matmul(p, tf.transpose(v, (0, 2, 1, 3))), [(2, 3, 1, 6), (2, 6, 3, 8)]),
+    # Grouped-query attention: 2 key/value heads repeated for 6 query heads, as Keras' repeat
+    # writes it (ExpandDims, Tile, Reshape).
+    "BatchMatMulV2/gqa_scores": (lambda q, k: tf.matmul(tf.transpose(q, (0, 2, 1, 3)),
+                                                        tf.transpose(repeat_each_head(k), (0, 2, 3, 1))),
+                                 [(2, 1, 6, 8), (2, 5, 2, 8)]),  # fmt: skip
+    "BatchMatMulV2/gqa_values": (lambda p, v: tf.matmul(p, tf.transpose(repeat_each_head(v), (0, 2, 1, 3))),
+                                 [(2, 6, 1, 5), (2, 5, 2, 8)]),  # fmt: skip
     "Softmax": (tf.nn.softmax, [(3, 6)]),
     "LogSoftmax": (tf.nn.log_softmax, [(3, 6)]),
     "Sum": (lambda x: tf.reduce_sum(x, axis=1), [(3, 4, 2)]),
@@ -473,10 +487,12 @@ def test_a_power_by_a_small_constant_matches_tf_on_edge_values(exponent):
     np.testing.assert_array_equal(np.signbit(got)[numbers], np.signbit(want)[numbers])
 
 
-@pytest.mark.parametrize("case", ["BatchMatMulV2/one_column", "BatchMatMulV2/one_row"])
+@pytest.mark.parametrize("case", ["BatchMatMulV2/one_column", "BatchMatMulV2/one_row", "BatchMatMulV2/gqa_scores",
+                                  "BatchMatMulV2/gqa_values"])  # fmt: skip
 def test_a_decode_steps_attention_is_one_einsum_over_the_caches_as_they_are(case):
     fn, shapes = CASES[case]
     nodes, inputs, outputs, _ = graph_of(fn, shapes)
     text = to_relax(nodes, inputs, outputs).script()
     einsum = next(line for line in text.splitlines() if "R.einsum" in line)
-    assert "in1" in einsum if case.endswith("row") else "in0" in einsum, text  # the cache itself
+    cache = "in0" if case.endswith("column") else "in1"
+    assert f"({cache}," in einsum or f" {cache})" in einsum, text  # the cache itself, not a transpose or repeat of it

@@ -223,17 +223,64 @@ def _einsum_through_transposes(ctx, a, b):
     layer and step), so that the transposes are not written out. With one column it runs as
     dot products of A's rows with it (the default schedule's rule for a reduction along the
     last axis), where a matmul's register tiles, a vector of columns wide, would run scalar;
-    with one row as register tiles over B's columns, read where they are."""
+    with one row as register tiles over B's columns, read where they are. A cache repeated
+    for grouped-query attention (tf.repeat: ExpandDims, Tile, Reshape) is read where it is
+    too: its head axis splits into (key head, query head of its group) in the other operand
+    and the result, which are reshaped to that split and back (free)."""
     letters = "abcdefghijklmnopqrstuvw"
     n = len(a.ty.shape)
     batch, i, k, j = letters[: n - 2], "x", "y", "z"
-    a, a_sub = _before_transpose(ctx, a, batch + i + k)
-    b, b_sub = _before_transpose(ctx, b, batch + k + j)
-    return relax.op.einsum([a, b], f"{a_sub},{b_sub}->{batch}{i}{j}")
+    operands = [_before_transpose(ctx, a, batch + i + k), _before_transpose(ctx, b, batch + k + j)]
+    result = batch + i + j
+    for index, (tensor, subscripts) in enumerate(operands):
+        repeat = _repeat_making(ctx, tensor)
+        other_tensor, other = operands[1 - index]
+        if repeat is None or subscripts[repeat[1]] not in other or subscripts[repeat[1]] not in result:
+            continue
+        source, axis, times = repeat
+        letter = subscripts[axis]
+        operands[index] = (source, subscripts.replace(letter, "G"))
+        groups = int(source.ty.shape[axis])
+        operands[1 - index] = (_split_axis(other_tensor, other.index(letter), groups, times), other.replace(letter, "GR"))
+        product = relax.op.einsum([t for t, _ in operands], f"{operands[0][1]},{operands[1][1]}->"
+                                                            f"{result.replace(letter, 'GR')}")  # fmt: skip
+        return relax.op.reshape(product, [*list(a.ty.shape)[:-1], b.ty.shape[-1]])
+    return relax.op.einsum([t for t, _ in operands], f"{operands[0][1]},{operands[1][1]}->{result}")
 
 
-def _transpose_making(ctx, value):
-    """The permute_dims call that `value` is bound to, or None."""
+def _split_axis(tensor, axis: int, outer: int, inner: int):
+    """`tensor` reshaped with `axis` (outer x inner long) split into (outer, inner)."""
+    shape = list(tensor.ty.shape)
+    return relax.op.reshape(tensor, [*shape[:axis], outer, inner, *shape[axis + 1:]])
+
+
+def _repeat_making(ctx, value):
+    """(x, axis, times) where `value` is x repeated `times` along `axis`, each element
+    `times` over in a row (tf.repeat: x expanded at axis + 1, tiled there, the two axes
+    merged), else None."""
+    from tvm import tirx
+
+    merged = _bound_call(ctx, value, "relax.reshape")
+    tiled = _bound_call(ctx, merged.args[0], "relax.tile") if merged is not None else None
+    expanded = _bound_call(ctx, tiled.args[0], "relax.expand_dims") if tiled is not None else None
+    if expanded is None or len(expanded.attrs.axis) != 1:
+        return None
+    source = expanded.args[0]
+    axis = int(expanded.attrs.axis[0]) - 1
+    repeats = [int(r) for r in tiled.attrs.repeats]
+    rank = len(source.ty.shape)
+    if not 0 <= axis < rank or len(repeats) != rank + 1 or any(r != 1 for x, r in enumerate(repeats) if x != axis + 1):
+        return None
+    shape = list(source.ty.shape)
+    times, size = repeats[axis + 1], shape[axis]
+    if times < 2 or not isinstance(size, tirx.IntImm):
+        return None
+    want = [*shape[:axis], int(size) * times, *shape[axis + 1:]]
+    return (source, axis, times) if dims_equal(list(value.ty.shape), want) else None
+
+
+def _bound_call(ctx, value, op: str):
+    """The call of `op` that `value` is bound to, or None."""
     from tvm.relax import Call, Var
 
     if not isinstance(value, Var) or ctx.bb is None:
@@ -242,7 +289,12 @@ def _transpose_making(ctx, value):
         bound = ctx.bb.lookup_binding(value)
     except Exception:  # TVM raises its own error types for a var it has no binding of
         return None
-    return bound if isinstance(bound, Call) and getattr(bound.op, "name", "") == "relax.permute_dims" else None
+    return bound if isinstance(bound, Call) and getattr(bound.op, "name", "") == op else None
+
+
+def _transpose_making(ctx, value):
+    """The permute_dims call that `value` is bound to, or None."""
+    return _bound_call(ctx, value, "relax.permute_dims")
 
 
 def _before_transpose(ctx, value, subscripts: str):
