@@ -58,23 +58,32 @@ def test_backbone_runs_wholly_in_tvm_on_every_path(name, rng):
         assert relative_error(g, want) <= 1e-5
 
 
+CAUSAL_LMS = {
+    "gpt2": lambda: keras_hub.models.GPT2CausalLM(preprocessor=None, backbone=keras_hub.models.GPT2Backbone(
+        vocabulary_size=100, num_layers=1, num_heads=2, hidden_dim=32, intermediate_dim=64, max_sequence_length=32)),
+    # Grouped-query attention: 4 query heads share 2 key/value heads (a repeat of the cache).
+    "llama": lambda: keras_hub.models.LlamaCausalLM(preprocessor=None, backbone=keras_hub.models.LlamaBackbone(
+        vocabulary_size=100, num_layers=2, num_query_heads=4, num_key_value_heads=2, hidden_dim=32,
+        intermediate_dim=64)),
+}  # fmt: skip
+
+
 @pytest.mark.parametrize("jit_compile", [False, "replace", "inside"])
-def test_greedy_generate_under_enable_gives_keras_tokens(jit_compile, rng):
-    """GPT-2's generate() (a While loop whose body updates the KV cache with
+@pytest.mark.parametrize("name", sorted(CAUSAL_LMS))
+def test_greedy_generate_under_enable_gives_keras_tokens(name, jit_compile, rng):
+    """A decoder's generate() (a While loop whose body updates the KV cache with
     XlaDynamicUpdateSlice) under enable(), the user's code unchanged: the same greedy tokens,
     and the decode step's compute in TVM. With compile(jit_compile=True) XLA compiles
     generate(); enable()'s jit_compile mode says what becomes of it."""
     import keras
 
     keras.utils.set_random_seed(0)
-    backbone = keras_hub.models.GPT2Backbone(vocabulary_size=100, num_layers=1, num_heads=2, hidden_dim=32,
-                                             intermediate_dim=64, max_sequence_length=32)  # fmt: skip
+    lm = CAUSAL_LMS[name]()
     prompt = {"token_ids": np.concatenate([rng.integers(1, 100, (2, 5)), np.zeros((2, 11), np.int64)], 1).astype(np.int32),
               "padding_mask": np.arange(16)[None, :].repeat(2, 0) < 5}  # fmt: skip
 
     def generate():
-        lm = keras_hub.models.GPT2CausalLM(backbone=backbone, preprocessor=None)
-        lm.compile(sampler="greedy", jit_compile=bool(jit_compile))
+        lm.compile(sampler="greedy", jit_compile=bool(jit_compile))  # a new generate function
         return lm.generate(prompt, stop_token_ids=None)["token_ids"]
 
     want = generate()
