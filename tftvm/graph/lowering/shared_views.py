@@ -30,6 +30,8 @@ def unshare(mod):
             if isinstance(func, relax.Function):
                 shared = _shared_views(func)
                 if shared:
+                    if not changed:
+                        mod = mod.clone()  # the caller's module stays as it was
                     mod[gv] = _unsharer()(mod, shared).visit_expr(func)
                     changed = True
         if not changed:
@@ -55,9 +57,9 @@ def _shared_views(func) -> dict:
     shared = {}
     for value, var in var_of.items():
         reads = readers.get(var, [])
-        if _is_view(value) and len(reads) >= 2 and all(r is not None and _is_view(r) for r in reads):
-            if isinstance(value.args[0], relax.Var):
-                shared[var] = value
+        if (_is_view(value) and isinstance(value.args[0], relax.Var) and len(reads) >= 2
+                and all(r is not None and _is_view(r) for r in reads)):  # fmt: skip
+            shared[var] = value
     return shared
 
 

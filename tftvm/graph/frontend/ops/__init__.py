@@ -1,3 +1,3 @@
 """tftvm's converters, one module per family of TF ops; importing this package registers
 them all in the converter table (registry.CONVERTERS)."""
-from . import indexing, math, nn, shape, spatial, training  # noqa: F401
+from . import indexing, math, matmul, nn, shape, spatial, training  # noqa: F401
