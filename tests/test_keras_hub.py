@@ -95,3 +95,22 @@ def test_greedy_generate_under_enable_gives_keras_tokens(name, jit_compile, rng)
     rewrites = enable_pass.rewrites()[before:]
     assert "XlaDynamicUpdateSlice" in report and "stayed in TF: XlaDynamicUpdateSlice" not in report, report
     assert sum(r.offloaded for r in rewrites) >= 0.9 * sum(r.compute_nodes for r in rewrites), report
+
+
+def test_compile_model_of_generate_gives_keras_tokens(rng):
+    """compile_model of a decoder's generate function: its While stays a TF node (its frozen
+    loop body, rewritten by constant folding since the freeze registered it, is imported under
+    a name of its own), the rest runs in TVM, and greedy decoding gives Keras' tokens."""
+    import keras
+
+    keras.utils.set_random_seed(0)
+    lm = CAUSAL_LMS["gpt2"]()
+    lm.compile(sampler="greedy")
+    prompt = {"token_ids": np.concatenate([rng.integers(1, 100, (2, 5)), np.zeros((2, 11), np.int64)], 1).astype(np.int32),
+              "padding_mask": np.arange(16)[None, :].repeat(2, 0) < 5}  # fmt: skip
+    want = lm.generate(prompt, stop_token_ids=None)["token_ids"]
+    generate = lm.generate_function
+    signature = [{"token_ids": tf.TensorSpec((2, 16), tf.int32), "padding_mask": tf.TensorSpec((2, 16), tf.bool)}]
+    compiled = tftvm.compile_model(tf.function(lambda x: generate(x, None)), signature, keep_faster=False)
+    np.testing.assert_array_equal(compiled(prompt)["token_ids"], want)
+    assert compiled.summary().fraction >= 0.85, compiled.report()

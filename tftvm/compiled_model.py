@@ -28,7 +28,7 @@ from .graph.offload import control_flow, safety_net
 from .graph.offload.pipeline import offload
 from .graph.offload.report import ConversionReport, OpInTF, in_tf_with_bodies
 from .graph.tfgraph.freeze import FrozenGraph, freeze
-from .graph.tfgraph.functions import graph_runner, register_functions
+from .graph.tfgraph.functions import graph_runner, register_functions, with_new_function_names
 
 log = logging.getLogger(__name__)
 
@@ -655,7 +655,8 @@ def _eager_op(op, num_outputs: int, picked: list[int]):
 def _pruned(frozen, feeds: list[str], fetches: list[str]):
     import tensorflow as tf
 
-    wrapped = tf.compat.v1.wrap_function(lambda: tf.graph_util.import_graph_def(frozen.graph_def, name=""), [])
+    graph_def = with_new_function_names(frozen.graph_def)  # its loop bodies may be registered already
+    wrapped = tf.compat.v1.wrap_function(lambda: tf.graph_util.import_graph_def(graph_def, name=""), [])
     graph = wrapped.graph
     feeds = [graph.get_tensor_by_name(f) for f in feeds]
     # A positional signature: without it every call first fails TF's structured binding,

@@ -1,6 +1,10 @@
 """The functions a graph calls, and running a GraphDef as a function of TF tensors."""
 from __future__ import annotations
 
+import itertools
+
+_renamings = itertools.count()
+
 
 def functions_called(node, library: dict) -> list:
     """The FunctionDefs of `library` that `node` calls (func attrs: a While's cond and body,
@@ -27,6 +31,41 @@ def register_functions(functions) -> None:
     for fdef in functions:
         if not ctx.has_function(fdef.signature.name):
             ctx.add_function_def(fdef)
+
+
+def with_new_function_names(graph_def):
+    """A copy of `graph_def` whose library functions have names of their own (`<name>_tftvm<n>`),
+    every reference to them (func attrs and call ops, in its nodes and in the functions'
+    own) following. TF's eager context refuses a second, different function of a name it
+    knows: a frozen graph's loop body, which constant folding has rewritten since the freeze
+    registered it, is imported under a new name instead."""
+    copy = type(graph_def)()
+    copy.CopyFrom(graph_def)
+    tag = next(_renamings)
+    names = {f.signature.name: f"{f.signature.name}_tftvm{tag}" for f in copy.library.function}
+    if not names:
+        return copy
+
+    def follow(node):
+        if node.op in names:
+            node.op = names[node.op]
+        for attr in node.attr.values():
+            if attr.HasField("func") and attr.func.name in names:
+                attr.func.name = names[attr.func.name]
+            for func in attr.list.func:
+                if func.name in names:
+                    func.name = names[func.name]
+
+    for node in copy.node:
+        follow(node)
+    for function in copy.library.function:
+        function.signature.name = names[function.signature.name]
+        for node in function.node_def:
+            follow(node)
+    for gradient in copy.library.gradient:
+        gradient.function_name = names.get(gradient.function_name, gradient.function_name)
+        gradient.gradient_func = names.get(gradient.gradient_func, gradient.gradient_func)
+    return copy
 
 
 def graph_runner(graph_def, inputs, outputs):
