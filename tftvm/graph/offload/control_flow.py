@@ -20,7 +20,7 @@ import itertools
 import logging
 
 from ..tfgraph.freeze import FrozenGraph, imported, with_handle_data
-from ..tfgraph.functions import functions_called
+from ..tfgraph.functions import prune_library
 from ..frontend.support import NOT_COMPUTE
 
 log = logging.getLogger(__name__)
@@ -101,24 +101,8 @@ def optimize_bodies(frozen: FrozenGraph, offload, *, strict: bool = False, prefi
         for attr in BODY_ATTRS.get(node.op, ()):
             if (node.name, attr) in replaced:
                 node.attr[attr].func.name = replaced[(node.name, attr)]
-    return _reimported(frozen, _only_called_functions(graph_def)), bodies
-
-
-def _only_called_functions(graph_def):
-    """`graph_def` without the library functions that nothing calls any more: a replaced body
-    of a frozen decoder holds its weights as constants (500 MB for GPT-2), and with both
-    bodies the GraphDef passed protobuf's 2 GB."""
-    library = {f.signature.name: f for f in graph_def.library.function}
-    called = {f.signature.name for node in graph_def.node for f in functions_called(node, library)}
-    if len(called) == len(library):
-        return graph_def
-    kept = [f for f in graph_def.library.function if f.signature.name in called]
-    del graph_def.library.function[:]
-    graph_def.library.function.extend(kept)
-    gradients = [g for g in graph_def.library.gradient if g.function_name in called]
-    del graph_def.library.gradient[:]
-    graph_def.library.gradient.extend(gradients)
-    return graph_def
+    prune_library(graph_def)  # the replaced bodies, each a copy of a frozen loop's weights
+    return _reimported(frozen, graph_def), bodies
 
 
 def _optimize_body(frozen, library, name, arguments, offload, strict, node, attr) -> Body:

@@ -6,16 +6,45 @@ import itertools
 _renamings = itertools.count()
 
 
+def function_refs(node) -> list[str]:
+    """The library functions a node names: its op, and func / list(func) attrs."""
+    refs = [node.op]
+    for value in node.attr.values():
+        if value.HasField("func"):
+            refs.append(value.func.name)
+        elif value.HasField("list"):
+            refs.extend(f.name for f in value.list.func)
+    return refs
+
+
+def prune_library(graph_def) -> None:
+    """Drop from `graph_def`'s library the functions that no node (nor any kept function, nor
+    a kept function's gradient) references."""
+    by_name = {f.signature.name: f for f in graph_def.library.function}
+    keep, todo = set(), [r for n in graph_def.node for r in function_refs(n)]
+    gradients = {g.function_name: g.gradient_func for g in graph_def.library.gradient}
+    while todo:
+        name = todo.pop()
+        if name in by_name and name not in keep:
+            keep.add(name)
+            todo.extend(r for n in by_name[name].node_def for r in function_refs(n))
+            if name in gradients:
+                todo.append(gradients[name])
+    functions = [f for f in graph_def.library.function if f.signature.name in keep]
+    kept_gradients = [g for g in graph_def.library.gradient if g.function_name in keep]
+    del graph_def.library.function[:]
+    graph_def.library.function.extend(functions)
+    del graph_def.library.gradient[:]
+    graph_def.library.gradient.extend(kept_gradients)
+
+
 def functions_called(node, library: dict) -> list:
     """The FunctionDefs of `library` that `node` calls (func attrs: a While's cond and body,
     an If's branches, ...), and the ones those call, transitively."""
     found, pending = {}, [node]
     while pending:
         n = pending.pop()
-        names = [n.op] if n.op in library else []
-        for attr in n.attr.values():
-            names += [attr.func.name] if attr.HasField("func") else [f.name for f in attr.list.func]
-        for name in names:
+        for name in function_refs(n):
             if name in library and name not in found:
                 found[name] = library[name]
                 pending += library[name].node_def

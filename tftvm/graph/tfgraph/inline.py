@@ -22,6 +22,8 @@ from __future__ import annotations
 
 import logging
 
+from .functions import prune_library
+
 logger = logging.getLogger(__name__)
 
 CALL_OPS = frozenset({"PartitionedCall", "StatefulPartitionedCall"})
@@ -48,7 +50,7 @@ def inline_calls(graph_def, max_depth: int = MAX_DEPTH):
         if node.name in inliner.created:
             _drop_control_inputs(node, ready)
     out.node.extend(nodes)
-    _prune_library(out)
+    prune_library(out)
     logger.info("inlined %d function calls (%d nodes now, %d functions left in the library)",
                 inliner.count, len(out.node), len(out.library.function))  # fmt: skip
     return out
@@ -235,34 +237,3 @@ def _drop_control_inputs(node, ready):
     kept = [i for i in node.input if not (i.startswith("^") and i[1:] in ready)]
     if len(kept) != len(node.input):
         node.input[:] = kept
-
-
-def _function_refs(node):
-    """The library functions a node names: its op, and func / list(func) attrs."""
-    refs = [node.op]
-    for value in node.attr.values():
-        if value.HasField("func"):
-            refs.append(value.func.name)
-        elif value.HasField("list"):
-            refs.extend(f.name for f in value.list.func)
-    return refs
-
-
-def _prune_library(graph_def):
-    """Drop the functions that no node (nor any kept function) references."""
-    by_name = {f.signature.name: f for f in graph_def.library.function}
-    keep, todo = set(), [r for n in graph_def.node for r in _function_refs(n)]
-    gradients = {g.function_name: g.gradient_func for g in graph_def.library.gradient}
-    while todo:
-        name = todo.pop()
-        if name in by_name and name not in keep:
-            keep.add(name)
-            todo.extend(r for n in by_name[name].node_def for r in _function_refs(n))
-            if name in gradients:
-                todo.append(gradients[name])
-    functions = [f for f in graph_def.library.function if f.signature.name in keep]
-    kept_gradients = [g for g in graph_def.library.gradient if g.function_name in keep]
-    del graph_def.library.function[:]
-    graph_def.library.function.extend(functions)
-    del graph_def.library.gradient[:]
-    graph_def.library.gradient.extend(kept_gradients)

@@ -32,58 +32,39 @@ class RegisterTiles(BlockRule):
         return True if tiles and columns_contiguous(info.stmt, info.spatial) else None
 
     def apply(self, sch, block, info, plan, schedule_block) -> None:
-        loops = rows_from_a_batch_axis(sch, block, info.stmt, info.loops, info.spatial)
-        if loops is None:
-            loops = rows_b_does_not_index(sch, block, info.stmt, info.loops, info.spatial)
+        loops = rows_b_does_not_index(sch, block, info.stmt, info.loops, info.spatial)
         tile_reduction(sch, block, loops, info.spatial, info.lanes, info.parallel, schedule_block)
-
-
-def b_indexes(stmt, spatial):
-    """A test of whether the column operands (B) index a block iter var."""
-    column = stmt.iter_vars[spatial - 1].var
-    b_regions = [read.region for read in input_reads(stmt) if any(uses(r.min, column) for r in read.region)]
-    return lambda var: any(uses(r.min, var) for region in b_regions for r in region)
-
-
-def rows_from_a_batch_axis(sch, block, stmt, loops, spatial) -> list | None:
-    """The block's loops with a row axis of one (a decode step's [batch, 1 token, K] · W)
-    moved out, and the innermost static batch axis of more than one that B does not index
-    taking its place: tiles of one row would each read their whole block of B for a single
-    row (eight times the weights at a batch of 8). None where the rows are not one."""
-    from tvm import tirx
-
-    extents = [sch.get(loop).extent for loop in loops]
-    if spatial < 3 or not (isinstance(extents[spatial - 2], tirx.IntImm) and int(extents[spatial - 2]) == 1):
-        return None
-    indexed = b_indexes(stmt, spatial)
-    for axis in range(spatial - 3, -1, -1):
-        extent = extents[axis]
-        if isinstance(extent, tirx.IntImm) and int(extent) > 1 and not indexed(stmt.iter_vars[axis].var):
-            others = [loop for i, loop in enumerate(loops[: spatial - 1]) if i != axis]
-            sch.reorder(*others, loops[axis], loops[spatial - 1])
-            return sch.get_loops(block)
-    return None
 
 
 def rows_b_does_not_index(sch, block, stmt, loops, spatial) -> list:
     """The block's loops, with a static output axis that the column operands (B) do not index
-    moved next to the columns where the axis there is one they do: the rows of a tile then
-    share B's vectors. Attention's probs·V, einsum("acbe,aecd->abcd"), writes [batch, queries,
-    heads, depth]; its heads index V, so tiles over the heads would load a new vector of V
-    for every row, and its tiles run over the queries instead. Only static axes move
-    (pad_einsum pads the block's own axis order)."""
+    moved next to the columns where the axis there is one they do, or of one: the rows of a
+    tile then share B's vectors. Attention's probs·V, einsum("acbe,aecd->abcd"), writes
+    [batch, queries, heads, depth]; its heads index V, so tiles over the heads would load a
+    new vector of V for every row, and its tiles run over the queries instead. A decode
+    step's [batch, 1 token, K]·W has rows of one: tiles of one row would each read their whole
+    block of W for a single row (eight times the weights at a batch of 8), and its tiles run
+    over the batch instead (an axis of more than one). Only static axes move (pad_einsum pads
+    the block's own axis order)."""
     from tvm import tirx
 
     iter_vars = [iv.var for iv in stmt.iter_vars]
-    indexed_by_b = b_indexes(stmt, spatial)
+    column = iter_vars[spatial - 1]
+    b_regions = [read.region for read in input_reads(stmt) if any(uses(r.min, column) for r in read.region)]
 
-    def static(loop) -> bool:
-        return isinstance(sch.get(loop).extent, tirx.IntImm)
+    def indexed_by_b(var) -> bool:
+        return any(uses(r.min, var) for region in b_regions for r in region)
 
-    if not indexed_by_b(iter_vars[spatial - 2]) or not static(loops[spatial - 2]):
+    def extent(loop) -> int | None:  # None where symbolic
+        value = sch.get(loop).extent
+        return int(value) if isinstance(value, tirx.IntImm) else None
+
+    rows = extent(loops[spatial - 2])
+    if rows is None or not (rows == 1 or indexed_by_b(iter_vars[spatial - 2])):
         return loops
     for axis in range(spatial - 3, -1, -1):
-        if not indexed_by_b(iter_vars[axis]) and static(loops[axis]):
+        size = extent(loops[axis])
+        if not indexed_by_b(iter_vars[axis]) and size is not None and (rows > 1 or size > 1):
             others = [loop for i, loop in enumerate(loops[: spatial - 1]) if i != axis]
             sch.reorder(*others, loops[axis], loops[spatial - 1])
             return sch.get_loops(block)
