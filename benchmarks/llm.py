@@ -1,7 +1,7 @@
 """Text generation: keras_hub decoders' greedy generate(), TF against XLA and tftvm.enable().
 
     python benchmarks/llm.py [--models gpt2,llama] [--batch 1,8] [--prompt 32] [--new 64]
-                             [--repeats 3] [--jit-compile inside] [--precision bf16] [--markdown FILE]
+                             [--repeats 3] [--jit-compile replace|inside] [--precision bf16] [--markdown FILE]
 
 Models (random weights; `preprocessor=None`, so generate() takes token ids and a padding mask):
   gpt2   GPT-2 small's shape: 12 layers, hidden 768, 12 heads, MLP 3072, 50257 tokens (124M)
