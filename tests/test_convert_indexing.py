@@ -5,6 +5,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 import tftvm
+from tftvm import enable_pass
 from tftvm.graph.frontend import Unsupported, to_relax
 from tftvm.graph.frontend.ops.indexing import const_range
 from tftvm.graph.lowering.program import RelaxProgram
@@ -64,6 +65,30 @@ def test_scatter_nd_ignores_bad_indices_as_tf_does(rng):
     bad = np.array([[1, 2.0], [7, 3.0], [-2, 5.0], [1, 0.5]], np.float32)  # 7 and -2 are skipped
     feeds = [[bad], [scatter_feed(rng, 6, 1, 4)[0][:, :2]]]
     check_converter(fn, [spec([None, 2])], feeds, "ScatterNd")
+
+
+@pytest.mark.parametrize("kind", ["update", "add", "sub", "max", "min"])
+@pytest.mark.parametrize("cols", [1, 2], ids=["rows", "elements"])
+def test_tensor_scatter(kind, cols, rng):
+    """tf.tensor_scatter_nd_*: rows (one coordinate) or elements (two) of a (None, 3) tensor;
+    duplicate indices for the reductions (TF leaves their order open for update)."""
+    op = getattr(tf, f"tensor_scatter_nd_{kind}")
+
+    def fn(t, x):
+        return op(t, tf.cast(x[:, :cols], I32), x[:, cols] if cols == 2 else x[:, 1:])
+
+    def feed(n, m):
+        rows = rng.permutation(n)[:m] if kind == "update" else rng.integers(0, n, m)
+        coords = np.stack([rows, rng.integers(0, 3, m)], 1)[:, :cols]
+        return [normal(rng, n, 3), np.concatenate([coords, normal(rng, m, 4 - cols)], 1).astype(np.float32)]
+
+    check_converter(fn, [spec([None, 3]), spec([None, 4])], [feed(5, 4), feed(2, 2), feed(3, 0)],
+                    "TensorScatter" + kind.capitalize())  # fmt: skip
+
+
+def test_tensor_scatter_with_indices_of_rank_1_is_refused():
+    fn = lambda t, u: tf.tensor_scatter_nd_update(t, [1, 2], u[0, 0])  # noqa: E731
+    refused(fn, [spec([3, 4]), spec([2, 4])], "indices of rank 1")
 
 
 def test_scatter_nd_with_unrelated_dims_is_refused():
@@ -300,14 +325,65 @@ def test_keras_embedding_with_cumsum_one_hot_and_gather_nd(rng):
     assert not in_tf & {"Cumsum", "OneHot", "GatherNd"}, fast.report()
 
 
-@pytest.mark.parametrize("op_type", ["GatherNd", "GatherV2"])
-def test_out_of_range_indices_never_read_outside_params(op_type, rng):
-    # TF raises on such an index; a TVM kernel cannot, so it clamps into the tensor instead of
-    # reading memory that is not the tensor's (a crash or garbage). NumPy's clip is the reference.
-    fn = tf.gather_nd if op_type == "GatherNd" else (lambda p, i: tf.gather(p, i[:, 0]))
-    nodes, inputs, outputs, _ = tf_graph(fn, [spec([None, 4]), spec([None, 1], I32)])
+# Out-of-range indices raise, as TF's CPU kernels do: a clamped index would be a silent wrong
+# answer (an out-of-vocabulary token's embedding row). Each case: fn(x, idx), x's spec, the
+# indices' depth (last dim), and the bound of the first index coordinate. Indices feed in range, past the
+# bound, and below 0.
+X = np.arange(24, dtype=np.float32).reshape(4, 6)
+OUT_OF_RANGE = {
+    "GatherV2": (lambda x, i: tf.gather(x, i[:, 0]), spec([None, 6]), 1, 4),
+    "GatherV2 axis 1": (lambda x, i: tf.gather(x, i, axis=1), spec([4, None]), 1, 6),
+    "GatherNd": (tf.gather_nd, spec([None, None]), 2, 4),
+    "ScatterNd": (lambda x, i: tf.scatter_nd(i, tf.ones([tf.shape(i)[0], 6]), [4, 6]), spec([4, 6]), 1, 4),
+    "TensorScatterUpdate": (lambda x, i: tf.tensor_scatter_nd_update(x, i, tf.zeros([tf.shape(i)[0], 6])),
+                            spec([None, 6]), 1, 4),  # fmt: skip
+    "TensorScatterAdd": (lambda x, i: tf.tensor_scatter_nd_add(x, i, tf.ones([tf.shape(i)[0]])),
+                         spec([4, None]), 2, 4),  # fmt: skip
+    "UnsortedSegmentSum": (lambda x, i: tf.math.unsorted_segment_sum(x[:3], i[:, 0], 4), spec([4, 6]), 1, 4),
+}
+
+
+@pytest.mark.parametrize("case", sorted(OUT_OF_RANGE))
+def test_out_of_range_indices_raise_as_in_tf(case, rng):
+    fn, x_spec, depth, bound = OUT_OF_RANGE[case]
+    op_type = case.split()[0]
+    rows = 3 if op_type == "UnsortedSegmentSum" else None  # its ids must provably match data's rows
+    nodes, inputs, outputs, op_types = tf_graph(fn, [x_spec, spec([rows, depth], I32)])
+    assert op_type in op_types, sorted(op_types)
     program = RelaxProgram(to_relax(nodes, inputs, outputs), name=f"oob_{op_type}")
-    params = normal(rng, 3, 4)
-    idx = np.array([[0], [2], [10**6], [-5]], np.int32)
-    np.testing.assert_array_equal(program(tf.constant(params), tf.constant(idx)).numpy(),
-                                  params[np.clip(idx[:, 0], 0, 2)])  # fmt: skip
+    fine = np.zeros((3, depth), np.int32)
+    fine[:, 0] = [0, bound - 1, 1]
+    np.testing.assert_array_equal(program(X, fine).numpy(), fn(X, fine).numpy())
+    for bad in (bound, 10**6, -1):
+        idx = fine.copy()
+        idx[1, 0] = bad
+        if bad < 0 and op_type == "UnsortedSegmentSum":  # TF drops negative segment ids
+            np.testing.assert_array_equal(program(X, idx).numpy(), fn(X, idx).numpy())
+            continue
+        with pytest.raises(tf.errors.InvalidArgumentError):
+            fn(X, idx)  # the reference: TF raises too
+        with pytest.raises(tf.errors.InvalidArgumentError, match=f"{op_type} .*'(indices|segment_ids)' is not in"):
+            program(X, idx)
+
+
+def test_out_of_range_index_raises_in_every_path(rng):
+    """An embedding lookup of an out-of-vocabulary token raises TF's InvalidArgumentError through
+    optimize, compile_model and enable(), as the Keras model itself does."""
+    keras.utils.set_random_seed(0)
+    tokens = keras.Input((4,), dtype="int32")
+    model = keras.Model(tokens, keras.layers.Dense(3)(keras.layers.Embedding(10, 8)(tokens)))
+    sig = [tf.TensorSpec([None, 4], tf.int32)]
+    good, bad = np.array([[1, 2, 9, 0]], np.int32), np.array([[1, 2, 10, 0]], np.int32)
+    with pytest.raises(tf.errors.InvalidArgumentError):
+        model(bad)
+    fast = tftvm.optimize(model, input_signature=sig, keep_faster=False)
+    whole = tftvm.compile_model(model, input_signature=sig, keep_faster=False)
+    assert fast.summary().fraction == 1.0 and whole.summary().fraction == 1.0
+    with tftvm.enabled(keep_faster=False):
+        enabled = tf.function(model.__call__, input_signature=sig)
+        for name, path in {"optimize": fast, "compile_model": whole, "enable": enabled}.items():
+            np.testing.assert_allclose(path(good).numpy(), model(good).numpy(), rtol=1e-5, atol=1e-6, err_msg=name)
+            with pytest.raises(tf.errors.InvalidArgumentError, match="GatherV2 .*is not in"):
+                path(bad)
+    model_rewrites = [r for r in enable_pass.rewrites() if "GatherV2" in r.report]
+    assert model_rewrites and all(r.offloaded == r.compute_nodes for r in model_rewrites), tftvm.enabled_report()

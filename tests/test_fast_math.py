@@ -56,18 +56,22 @@ def softmax64(x, log: bool):
         return shifted - np.log(total) if log else np.exp(shifted) / total
 
 
+@pytest.mark.parametrize("width", [64, 77, 1031])  # 77 and 1031: a vectorized head and a scalar tail
 @pytest.mark.parametrize("log", [False, True])
-def test_softmax_rows_with_masks_nans_and_overflow_match_the_truth(log, rng):
+def test_softmax_rows_with_masks_nans_and_overflow_match_the_truth(log, width, rng):
     """softmax / log_softmax with fast exp (an attention's P = softmax(QK^T)): -inf masks give
-    exactly 0 (log: -inf), a row of -inf or with a NaN gives NaNs, 1e4 no overflow."""
-    rows = rng.standard_normal((60, 77)).astype(np.float32) * 8
+    exactly 0 (log: -inf), a row of -inf or with a NaN gives NaNs, 1e4 no overflow; a row's
+    max in its last elements, and a row of negatives, are found."""
+    rows = rng.standard_normal((60, width)).astype(np.float32) * 8
     rows[1, 40:] = -np.inf
     rows[2, :] = -np.inf
     rows[3, 5] = np.nan
     rows[4, :3] = 1e4
     rows[5, :] = -1e4
+    rows[6, -1] = 1e3
+    rows[7, :] = -np.abs(rows[7]) - 100
     tf_op = tf.nn.log_softmax if log else tf.nn.softmax
-    optimized = tftvm.optimize(tf_op, [tf.TensorSpec([None, 77], tf.float32)], min_cluster_size=1)
+    optimized = tftvm.optimize(tf_op, [tf.TensorSpec([None, width], tf.float32)], min_cluster_size=1)
     assert optimized.summary().fraction == 1.0
     assert "T.exp(" not in kernel_script_of(optimized)
     got, want = optimized(rows).numpy(), softmax64(rows.astype(np.float64), log)

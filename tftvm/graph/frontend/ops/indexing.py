@@ -19,6 +19,59 @@ def _check_bad_indices_policy(ctx, node, allowed=("", "DEFAULT", "ERROR")):
         raise Unsupported(f"{node.op} with bad_indices_policy {policy}")
 
 
+def checked_indices(ctx, node, indices, bounds, argument="indices", dims_of=None, negatives_pass=False):
+    """`indices` as they are, after a kernel that fails the call (TVM's IndexError, which
+    TvmCall and compile_model raise as TF's InvalidArgumentError) unless each lies in
+    [0, bound). TF's CPU kernels raise on such an index; one clamped instead would give a
+    silent wrong answer (an out-of-vocabulary token's embedding).
+
+    `bounds` holds one (bound, text) for every element, or one per coordinate along the last
+    axis of `indices` (TF's layout for GatherNd and the scatters). A bound is an int, or the
+    axis of `dims_of` whose dim it is as a string ("0"): the kernel then takes `dims_of` as an
+    input of its own, since a prim func's symbolic dims must come from its buffers (call_te
+    names them afresh). With `negatives_pass`, only the upper bound is checked
+    (UnsortedSegment* drops negative ids)."""
+    import tvm
+    from tvm import te, tirx
+
+    def check(idx, *shaped):
+        def body(ins, outs):
+            loops = [tirx.Var(f"i{k}", "int64") for k in range(len(idx.shape) - (len(bounds) > 1))]
+            coordinates = [None] if len(bounds) == 1 else [tirx.const(c, "int64") for c in range(len(bounds))]
+            stmts = []
+            for c, (bound, text) in zip(coordinates, bounds):
+                at = loops if c is None else [*loops, c]
+                value = tirx.Cast("int64", tirx.BufferLoad(ins[0], at))
+                dim = shaped[0].shape[int(bound)] if isinstance(bound, str) else bound
+                inside = value < tirx.Cast("int64", dim)
+                if not negatives_pass:
+                    inside = tirx.all(value >= tirx.const(0, "int64"), inside)
+                where = "" if c is None else f"coordinate {int(c)} of "
+                low = "" if negatives_pass else "0, "
+                message = f"{node.op} '{node.name}': {where}an index in '{argument}' is not in [{low}{text})"
+                # TVM 0.27's Python AssertStmt names its first two arguments (kind, condition) but
+                # hands them on in the C++ constructor's order, (condition, kind).
+                stmts.append(tirx.AssertStmt(inside, tvm.ir.expr.StringImm("IndexError"),
+                                             [tvm.ir.expr.StringImm(message)]))  # fmt: skip
+                stmts.append(tirx.BufferStore(outs[0], tirx.BufferLoad(ins[0], at), at))
+            stmt = tirx.SeqStmt(stmts)
+            for var, extent in reversed(list(zip(loops, idx.shape))):
+                stmt = tirx.For(var, tirx.const(0, "int64"), tirx.Cast("int64", extent), tirx.ForKind.SERIAL, stmt)
+            return stmt
+
+        # Buffers of their own: te.extern's default ones have a free element offset, which
+        # tftvm's kernels refuse.
+        buffers = [tirx.decl_buffer(t.shape, t.dtype, f"in{i}") for i, t in enumerate([idx, *shaped])]
+        return te.extern(idx.shape, [idx, *shaped], body, dtype=str(idx.dtype), name="checked_indices",
+                         in_buffers=buffers, out_buffers=[tirx.decl_buffer(idx.shape, idx.dtype, "checked")])  # fmt: skip
+
+    # Opaque (TVM's OpPatternKind 8): a kernel of its own, which FuseOps leaves unfused.
+    opaque = {"op_pattern": 8}
+    if dims_of is None:
+        return ctx.bb.emit(ctx.bb.call_te(check, indices, primfunc_attrs=opaque))
+    return ctx.bb.emit(ctx.bb.call_te(lambda idx, shaped: check(idx, shaped), indices, dims_of, primfunc_attrs=opaque))
+
+
 @register_converter("GatherNd")
 def _gather_nd(ctx, node, params, indices):
     _check_bad_indices_policy(ctx, node)
@@ -27,10 +80,12 @@ def _gather_nd(ctx, node, params, indices):
 
     if not isinstance(indices.ty.shape[-1], tirx.IntImm):
         raise Unsupported("GatherNd with a symbolic index depth")
+    dims = list(params.ty.shape)[: int(indices.ty.shape[-1])]
+    indices = _checked_against(ctx, node, indices, dims, params, "params")
 
     def in_bounds(p, idx):
-        """Each coordinate clamped into its dim of `params` (symbolic dims too): TF rejects an
-        index out of range; a kernel cannot raise, but it must never read outside `params`."""
+        """Each coordinate clamped into its dim of `params` as well: the check above raises
+        first, and the gather must never read outside `params` whatever reaches it."""
         def clamp(*i):
             high = tirx.const(0, "int64")
             for c in range(int(idx.shape[-1])):
@@ -40,6 +95,17 @@ def _gather_nd(ctx, node, params, indices):
         return te.compute(idx.shape, clamp, name="in_bounds")
 
     return relax.op.gather_nd(params, ctx.bb.call_te(in_bounds, params, indices))
+
+
+def _checked_against(ctx, node, indices, dims, tensor, argument: str, axes=None):
+    """`indices` checked to lie inside `dims` (one per coordinate along the last axis of
+    `indices`, or one for every element), which are ints or the dims `axes` of `tensor`."""
+    from tvm import tirx
+
+    bounds = [(int(d), str(int(d))) if isinstance(d, (int, tirx.IntImm)) else (str(a), f"dim {a} of '{argument}'")
+              for a, d in zip(axes or range(len(dims)), dims)]  # fmt: skip
+    static = all(isinstance(b, int) for b, _ in bounds)
+    return checked_indices(ctx, node, indices, bounds, dims_of=None if static else tensor)
 
 
 def _scatter(ctx, indices, updates, lead, mode: str, identity):
@@ -75,7 +141,42 @@ def _scatter_nd(ctx, node, indices, updates, shape):
     if not dims_equal(batch + shape[m:], list(updates.ty.shape)):
         raise Unsupported("ScatterNd whose updates' dims are not provably indices' and shape's (TF "
                           "checks them at run time; the kernel would read past updates)")  # fmt: skip
+    if ctx.attr(node, "bad_indices_policy", "") != "IGNORE":  # TF's CPU kernel raises by default
+        indices = _checked_against(ctx, node, indices, shape[:m], None, "shape")
     return _scatter(ctx, indices, updates, shape[:m], "add", 0)  # TF adds duplicate indices
+
+
+_TENSOR_SCATTER_MODES = {"Update": "update", "Add": "add", "Sub": "add", "Max": "max", "Min": "min"}
+
+
+@register_converter(*(f"TensorScatter{kind}" for kind in _TENSOR_SCATTER_MODES))
+def _tensor_scatter(ctx, node, tensor, indices, updates):
+    """A copy of `tensor` with `updates` written (or added, subtracted, maxed, minned) at
+    TF-layout `indices`, in index order as TF's CPU kernel does (the last of duplicate indices
+    wins an Update). An index outside `tensor` raises, as in TF."""
+    from tvm import te, tirx, topi
+
+    _check_bad_indices_policy(ctx, node)
+    if len(indices.ty.shape) < 2:  # TF's kernel then checks shapes by rules of its own
+        raise Unsupported(f"{node.op} with indices of rank {len(indices.ty.shape)}, not 2 or more")
+    if not isinstance(indices.ty.shape[-1], tirx.IntImm):
+        raise Unsupported(f"{node.op} with a symbolic index depth")
+    m, batch = int(indices.ty.shape[-1]), list(indices.ty.shape)[:-1]
+    if m > len(tensor.ty.shape) or not dims_equal(batch + list(tensor.ty.shape)[m:], list(updates.ty.shape)):
+        raise Unsupported(f"{node.op} whose updates' dims are not provably indices' and tensor's (TF "
+                          "checks them at run time; the kernel would read past updates)")  # fmt: skip
+    indices = _checked_against(ctx, node, indices, list(tensor.ty.shape)[:m], tensor, "tensor")
+    kind = node.op.removeprefix("TensorScatter")
+    if kind == "Sub":
+        updates = ctx.bb.emit(relax.op.negative(updates))
+
+    def kernel(t, idx, upd):
+        # topi wants the coordinate axis first; copies made in the kernel keep its extern's
+        # parameters dense (te.extern's own buffers have a free element offset).
+        coords = te.compute([m, *idx.shape[:-1]], lambda c, *y: idx(*y, c), name="coords")
+        return topi.scatter_nd(topi.identity(t), coords, topi.identity(upd), _TENSOR_SCATTER_MODES[kind])
+
+    return ctx.bb.call_te(kernel, tensor, indices, updates)
 
 
 def _dtype_limits(dtype: str):
@@ -102,7 +203,8 @@ def _unsorted_segment(ctx, node, data, ids, num_segments):
         raise Unsupported(f"{node.op} whose segment_ids shape is not provably data's leading dims "
                           "(TF checks it at run time; the kernel would read past data)")  # fmt: skip
     mode, identity = _reduction(node.op.removeprefix("UnsortedSegment"), ctx.attr(node, "T"))
-    # Negative ids are dropped, as TF does; ids >= num_segments too (TF raises on those).
+    # Negative ids are dropped, as TF does; ids >= num_segments raise, as in TF.
+    ids = checked_indices(ctx, node, ids, [(num, str(num))], argument="segment_ids", negatives_pass=True)
     return _scatter(ctx, ctx.bb.emit(relax.op.expand_dims(ids, -1)), data, [num], mode, identity)
 
 
@@ -238,8 +340,10 @@ def _gather(ctx, node, params, indices, axis):
         idx = np.asarray(ctx.constant(node, 1))
         picked = [params[int(i)] for i in idx.reshape(-1)]
         return ShapeValue(picked, scalar=idx.ndim == 0)
-    # TF rejects an index out of range; a kernel cannot raise, but it must never read outside
-    # `params`: clip, not TVM's default unchecked "fast" mode.
+    axis %= len(params.ty.shape)
+    indices = _checked_against(ctx, node, indices, [params.ty.shape[axis]], params, "params", [axis])
+    # Clipped as well, not TVM's default unchecked "fast" mode: the check above raises first,
+    # and the gather must never read outside `params` whatever reaches it.
     return relax.op.take(params, indices, axis=axis, mode="clip")
 
 
