@@ -320,6 +320,26 @@ def test_nans_come_out_where_tf_gives_them(op_type, rng):
     assert all(np.isnan(program(*feed).numpy()).any() for feed in feeds if np.isnan(feed[0]).any())
 
 
+@pytest.mark.parametrize("width", [5, 77, 1031])  # 77, 1031: a vectorized head and a scalar tail
+@pytest.mark.parametrize("op, axis", [(tf.argmax, -1), (tf.argmin, -1), (tf.argmax, 0)])
+def test_arg_max_and_min_skip_nans_and_take_the_first_tie_as_tf_does(op, axis, width, rng):
+    """TF's ArgMax/ArgMin never pick a NaN, give the first of equal values and 0 for a row of
+    NaNs. TVM's own gave -1 for a row of -inf and picked NaNs."""
+    x = rng.standard_normal((10, width)).astype(F)
+    x[1, :] = np.nan
+    x[2, 3] = np.nan
+    x[3, :] = -np.inf
+    x[4, ::2] = 7.0
+    x[5, -1] = 50.0  # the extreme in the last element, past any whole vector
+    x[6, :] = np.where(rng.random(width) < 0.5, np.nan, 1.0)
+    x[7, 0] = np.nan
+    x[8, :] = 0.0
+    x[8, 1::2] = -0.0
+    x[9, :] = np.inf
+    fn = lambda v: op(v, axis)  # noqa: E731
+    check_converter(fn, [tf.TensorSpec([None, width], F)], [[x], [x[3:5]]], "ArgMax" if op is tf.argmax else "ArgMin")
+
+
 @pytest.mark.parametrize("activation", [tf.nn.relu, tf.nn.relu6])
 def test_an_activation_over_a_batch_of_1_fuses_into_the_conv_before_it(activation, rng):
     """The NaN-passing ReLU of a static batch of 1 reads its input at its own index, not at 0

@@ -13,10 +13,18 @@ attention probabilities are seq x seq per head). Other dtypes keep TVM's legaliz
 """
 from __future__ import annotations
 
+from .row_reduce import row_reduce
+
 
 def legalize_map() -> dict:
     """For LegalizeOps' customize_legalize_map."""
-    from tvm import topi
+    from tvm import te, tirx, topi
+
+    def row_max(x, axis):
+        return row_reduce(x, axis, te.max, tirx.max, "row_max")
+
+    def row_sum(x, axis):
+        return row_reduce(x, axis, te.sum, lambda a, b: a + b, "row_sum")
 
     def exp(x):
         # fast_exp gives inf from x = 88.38 on, where exp(x) is still a float32 up to 88.72: its
@@ -28,15 +36,15 @@ def legalize_map() -> dict:
         return topi.divide(1.0, topi.add(1.0, exp))  # exp = inf for x < -88.38: 1 / inf = 0
 
     def shifted(x, axis):  # x - max <= 0: its exp cannot overflow; a NaN stays a NaN through fast_exp and sums
-        return topi.subtract(x, row_reduce(x, axis, "max"))
+        return topi.subtract(x, row_max(x, axis))
 
     def softmax(x, axis):
         e = topi.fast_exp(shifted(x, axis))
-        return topi.divide(e, row_reduce(e, axis, "sum"))
+        return topi.divide(e, row_sum(e, axis))
 
     def log_softmax(x, axis):
         s = shifted(x, axis)
-        return topi.subtract(s, topi.log(row_reduce(topi.fast_exp(s), axis, "sum")))
+        return topi.subtract(s, topi.log(row_sum(topi.fast_exp(s), axis)))
 
     def erf(x):
         from tvm import te, tirx
@@ -48,33 +56,6 @@ def legalize_map() -> dict:
     along_axis = {"relax.nn.softmax": softmax, "relax.nn.log_softmax": log_softmax}  # one log per row: libm's
     return {**{name: _float32_only(name, compute) for name, compute in fast.items()},
             **{name: _float32_only(name, compute, axis=True) for name, compute in along_axis.items()}}  # fmt: skip
-
-
-# Reductions along a row split off their last (extent % VECTOR) elements: the schedule
-# vectorizes a reduction only by a width that divides its extent, and a row of 50257 logits
-# (GPT-2's vocabulary) has none.
-VECTOR = 16
-
-
-def row_reduce(x, axis: int, kind: str):
-    """The max or sum of `x` along `axis`, kept as a dim of 1. Along a static last axis that
-    VECTOR does not divide, two reductions, over the first multiple of VECTOR elements and over
-    the rest, and their max or sum: the first vectorizes, the second is a few scalar steps."""
-    from tvm import te, tirx, topi
-
-    n, rank = x.shape[axis], len(x.shape)
-    if axis % rank != rank - 1 or not isinstance(n, tirx.IntImm) or int(n) % VECTOR == 0 or int(n) < 2 * VECTOR:
-        return (topi.max if kind == "max" else topi.sum)(x, axis=axis, keepdims=True)
-    split = int(n) - int(n) % VECTOR
-    reducer = te.max if kind == "max" else te.sum
-
-    def part(low, high, name):
-        k = te.reduce_axis((low, high), name=f"k_{name}")
-        return te.compute([*x.shape[:-1], 1], lambda *i: reducer(x(*i[:-1], k), axis=k), name=f"{kind}_{name}")
-
-    head, tail = part(0, split, "head"), part(split, int(n), "tail")
-    both = tirx.max if kind == "max" else (lambda a, b: a + b)
-    return te.compute(head.shape, lambda *i: both(head(*i), tail(*i)), name=f"{kind}_row")
 
 
 def _float32_only(name: str, compute, axis: bool = False):
