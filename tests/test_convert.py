@@ -340,6 +340,28 @@ def test_arg_max_and_min_skip_nans_and_take_the_first_tie_as_tf_does(op, axis, w
     check_converter(fn, [tf.TensorSpec([None, width], F)], [[x], [x[3:5]]], "ArgMax" if op is tf.argmax else "ArgMin")
 
 
+def test_an_unused_output_of_unknown_rank_does_not_keep_its_node_in_tf(rng):
+    """FusedBatchNormV3's 6th output (reserve_space_3, for its gradient) has unknown rank; tf_keras'
+    batch norms emit the op, and refusing it left 90% of tf_keras' MobileNetV2 in TF."""
+    import tftvm
+
+    w = tf.constant(rng.standard_normal((3, 3, 4, 8)).astype(F))
+    stats = [tf.constant(rng.random(8).astype(F) + 0.5) for _ in range(4)]
+
+    def fn(x):
+        y = tf.nn.conv2d(x, w, 1, "SAME")
+        y = tf.compat.v1.nn.fused_batch_norm(y, *stats, is_training=False)[0]
+        return tf.nn.relu(y) * 2.0
+
+    graph = tf.function(fn).get_concrete_function(tf.TensorSpec([None, 8, 8, 4], F)).graph
+    norm = next(op for op in graph.get_operations() if op.type == "FusedBatchNormV3")
+    assert norm.outputs[5].shape.rank is None and not norm.outputs[5].consumers()
+    fast = tftvm.optimize(fn, [tf.TensorSpec([None, 8, 8, 4], F)], keep_faster=False)
+    assert fast.summary().fraction == 1.0, fast.report()
+    x = rng.standard_normal((2, 8, 8, 4)).astype(F)
+    np.testing.assert_allclose(fast(x).numpy(), fn(x).numpy(), rtol=1e-5, atol=1e-4)
+
+
 @pytest.mark.parametrize("activation", [tf.nn.relu, tf.nn.relu6])
 def test_an_activation_over_a_batch_of_1_fuses_into_the_conv_before_it(activation, rng):
     """The NaN-passing ReLU of a static batch of 1 reads its input at its own index, not at 0

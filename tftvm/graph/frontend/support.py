@@ -19,7 +19,11 @@ def reason_unsupported(node, graph) -> str | None:
     if node.op not in CONVERTERS and node.op != "Const":
         return f"no converter for {node.op}"
     op = graph.get_operation_by_name(node.name)
-    for t in list(op.inputs) + list(op.outputs):
+    fetched = {t.name for t in getattr(graph, "outputs", [])}
+    # An output nothing reads does not count: FusedBatchNormV3's 6th (reserve_space_3, for
+    # its gradient) has unknown rank, and tf_keras' batch norms left whole CNNs in TF for it.
+    used = [t for t in op.outputs if t.consumers() or t.name in fetched]
+    for t in list(op.inputs) + used:
         if t.dtype.name not in SUPPORTED_DTYPES:
             return f"dtype {t.dtype.name}"
         if t.shape.rank is None:
