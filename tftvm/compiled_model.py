@@ -161,8 +161,6 @@ class CompiledModel:
 
     def _run_vm(self, *checked, shapes=None):
         """The outputs (TF tensors, flat) of the VM on checked TF tensors (of input `shapes`, where known)."""
-        import tensorflow as tf
-
         args = [_to_tvm(x) for x in checked]
         shapes = _shapes_of(checked) if shapes is None else shapes
         vm, entry = self._vm, "main"
@@ -175,6 +173,8 @@ class CompiledModel:
             try:
                 result = vm_threads.call(vm[entry], *args)
             except IndexError as err:  # a kernel's index check (checked_indices): TF's error for it
+                import tensorflow as tf
+
                 raise tf.errors.InvalidArgumentError(None, None, str(err)) from None
             except Exception as err:
                 if "match_cast error" not in str(err):

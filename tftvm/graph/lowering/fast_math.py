@@ -62,19 +62,23 @@ def _float32_only(name: str, compute, axis: bool = False):
     def arguments(call):
         return [call.args[0], int(call.attrs.axis)] if axis else [call.args[0]]
 
-    return legalization(name, lambda dtype: dtype == "float32", compute, arguments)
+    return legalization(name, lambda call: first_dtype(call) == "float32", compute, arguments)
+
+
+def first_dtype(call) -> str:
+    return str(call.args[0].ty.dtype)
 
 
 def legalization(name: str, applies, compute, arguments):
     """A LegalizeOps function for op `name`: `compute` (TE) on `arguments(call)` where
-    `applies` to the dtype of its first argument, TVM's own legalization elsewhere."""
+    `applies(call)` (to the dtype of its first argument, say), TVM's own legalization elsewhere."""
     import tvm
 
     default = tvm.ir.Op.get(name).get_attr("FLegalize")
     hint = name.split(".")[-1]
 
     def legalize(bb, call):
-        if not applies(str(call.args[0].ty.dtype)):
+        if not applies(call):
             return default(bb, call)
         return bb.call_te(compute, *arguments(call), primfunc_name_hint=hint)
 

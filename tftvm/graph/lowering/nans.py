@@ -121,7 +121,7 @@ def _is_one(dim) -> bool:
 
 
 def _floats_only(name: str, compute, reduction: bool = False):
-    from .fast_math import legalization
+    from .fast_math import first_dtype, legalization
 
     def arguments(call):
         if not reduction:
@@ -129,4 +129,4 @@ def _floats_only(name: str, compute, reduction: bool = False):
         axis = None if call.attrs.axis is None else [int(a) for a in call.attrs.axis]
         return [call.args[0], axis, bool(call.attrs.keepdims)]
 
-    return legalization(name, lambda dtype: "float" in dtype, compute, arguments)
+    return legalization(name, lambda call: "float" in first_dtype(call), compute, arguments)

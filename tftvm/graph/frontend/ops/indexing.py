@@ -19,36 +19,41 @@ def _check_bad_indices_policy(ctx, node, allowed=("", "DEFAULT", "ERROR")):
         raise Unsupported(f"{node.op} with bad_indices_policy {policy}")
 
 
-def checked_indices(ctx, node, indices, bounds, argument="indices", dims_of=None, negatives_pass=False):
+def checked_indices(ctx, node, indices, dims, bounded_by=None, axes=None, indices_name="indices",
+                    negatives_pass=False):  # fmt: skip
     """`indices` as they are, after a kernel that fails the call (TVM's IndexError, which
     TvmCall and compile_model raise as TF's InvalidArgumentError) unless each lies in
-    [0, bound). TF's CPU kernels raise on such an index; one clamped instead would give a
+    [0, dim). TF's CPU kernels raise on such an index; one clamped instead would give a
     silent wrong answer (an out-of-vocabulary token's embedding).
 
-    `bounds` holds one (bound, text) for every element, or one per coordinate along the last
-    axis of `indices` (TF's layout for GatherNd and the scatters). A bound is an int, or the
-    axis of `dims_of` whose dim it is as a string ("0"): the kernel then takes `dims_of` as an
-    input of its own, since a prim func's symbolic dims must come from its buffers (call_te
-    names them afresh). With `negatives_pass`, only the upper bound is checked
+    `dims` holds one bound for every element, or one per coordinate along the last axis of
+    `indices` (TF's layout for GatherNd and the scatters): ints, or the dims `axes` (default
+    0, 1, ...) of `bounded_by`, a (Relax tensor, its name in messages). The kernel then takes
+    that tensor as an input of its own: a prim func's symbolic dims must come from its buffers
+    (call_te names them afresh). With `negatives_pass`, only the upper bound is checked
     (UnsortedSegment* drops negative ids)."""
     import tvm
     from tvm import te, tirx
 
+    axes = list(axes or range(len(dims)))
+    static = [int(d) if isinstance(d, (int, tirx.IntImm)) else None for d in dims]
+    texts = [str(d) if d is not None else f"dim {a} of '{bounded_by[1]}'" for d, a in zip(static, axes)]
+    shaped_inputs = [] if all(d is not None for d in static) else [bounded_by[0]]
+
     def check(idx, *shaped):
         def body(ins, outs):
-            loops = [tirx.Var(f"i{k}", "int64") for k in range(len(idx.shape) - (len(bounds) > 1))]
-            coordinates = [None] if len(bounds) == 1 else [tirx.const(c, "int64") for c in range(len(bounds))]
+            per_coordinate = len(dims) > 1
+            loops = [tirx.Var(f"i{k}", "int64") for k in range(len(idx.shape) - per_coordinate)]
             stmts = []
-            for c, (bound, text) in zip(coordinates, bounds):
-                at = loops if c is None else [*loops, c]
+            for c, (dim, axis, text) in enumerate(zip(static, axes, texts)):
+                at = [*loops, tirx.const(c, "int64")] if per_coordinate else loops
                 value = tirx.Cast("int64", tirx.BufferLoad(ins[0], at))
-                dim = shaped[0].shape[int(bound)] if isinstance(bound, str) else bound
-                inside = value < tirx.Cast("int64", dim)
+                inside = value < tirx.Cast("int64", shaped[0].shape[axis] if dim is None else dim)
                 if not negatives_pass:
                     inside = tirx.all(value >= tirx.const(0, "int64"), inside)
-                where = "" if c is None else f"coordinate {int(c)} of "
+                where = f"coordinate {c} of " if per_coordinate else ""
                 low = "" if negatives_pass else "0, "
-                message = f"{node.op} '{node.name}': {where}an index in '{argument}' is not in [{low}{text})"
+                message = f"{node.op} '{node.name}': {where}an index in '{indices_name}' is not in [{low}{text})"
                 # TVM 0.27's Python AssertStmt names its first two arguments (kind, condition) but
                 # hands them on in the C++ constructor's order, (condition, kind).
                 stmts.append(tirx.AssertStmt(inside, tvm.ir.expr.StringImm("IndexError"),
@@ -66,10 +71,7 @@ def checked_indices(ctx, node, indices, bounds, argument="indices", dims_of=None
                          in_buffers=buffers, out_buffers=[tirx.decl_buffer(idx.shape, idx.dtype, "checked")])  # fmt: skip
 
     # Opaque (TVM's OpPatternKind 8): a kernel of its own, which FuseOps leaves unfused.
-    opaque = {"op_pattern": 8}
-    if dims_of is None:
-        return ctx.bb.emit(ctx.bb.call_te(check, indices, primfunc_attrs=opaque))
-    return ctx.bb.emit(ctx.bb.call_te(lambda idx, shaped: check(idx, shaped), indices, dims_of, primfunc_attrs=opaque))
+    return ctx.bb.emit(ctx.bb.call_te(check, indices, *shaped_inputs, primfunc_attrs={"op_pattern": 8}))
 
 
 @register_converter("GatherNd")
@@ -81,7 +83,7 @@ def _gather_nd(ctx, node, params, indices):
     if not isinstance(indices.ty.shape[-1], tirx.IntImm):
         raise Unsupported("GatherNd with a symbolic index depth")
     dims = list(params.ty.shape)[: int(indices.ty.shape[-1])]
-    indices = _checked_against(ctx, node, indices, dims, params, "params")
+    indices = checked_indices(ctx, node, indices, dims, (params, "params"))
 
     def in_bounds(p, idx):
         """Each coordinate clamped into its dim of `params` as well: the check above raises
@@ -95,17 +97,6 @@ def _gather_nd(ctx, node, params, indices):
         return te.compute(idx.shape, clamp, name="in_bounds")
 
     return relax.op.gather_nd(params, ctx.bb.call_te(in_bounds, params, indices))
-
-
-def _checked_against(ctx, node, indices, dims, tensor, argument: str, axes=None):
-    """`indices` checked to lie inside `dims` (one per coordinate along the last axis of
-    `indices`, or one for every element), which are ints or the dims `axes` of `tensor`."""
-    from tvm import tirx
-
-    bounds = [(int(d), str(int(d))) if isinstance(d, (int, tirx.IntImm)) else (str(a), f"dim {a} of '{argument}'")
-              for a, d in zip(axes or range(len(dims)), dims)]  # fmt: skip
-    static = all(isinstance(b, int) for b, _ in bounds)
-    return checked_indices(ctx, node, indices, bounds, dims_of=None if static else tensor)
 
 
 def _scatter(ctx, indices, updates, lead, mode: str, identity):
@@ -142,7 +133,7 @@ def _scatter_nd(ctx, node, indices, updates, shape):
         raise Unsupported("ScatterNd whose updates' dims are not provably indices' and shape's (TF "
                           "checks them at run time; the kernel would read past updates)")  # fmt: skip
     if ctx.attr(node, "bad_indices_policy", "") != "IGNORE":  # TF's CPU kernel raises by default
-        indices = _checked_against(ctx, node, indices, shape[:m], None, "shape")
+        indices = checked_indices(ctx, node, indices, shape[:m])
     return _scatter(ctx, indices, updates, shape[:m], "add", 0)  # TF adds duplicate indices
 
 
@@ -165,7 +156,7 @@ def _tensor_scatter(ctx, node, tensor, indices, updates):
     if m > len(tensor.ty.shape) or not dims_equal(batch + list(tensor.ty.shape)[m:], list(updates.ty.shape)):
         raise Unsupported(f"{node.op} whose updates' dims are not provably indices' and tensor's (TF "
                           "checks them at run time; the kernel would read past updates)")  # fmt: skip
-    indices = _checked_against(ctx, node, indices, list(tensor.ty.shape)[:m], tensor, "tensor")
+    indices = checked_indices(ctx, node, indices, list(tensor.ty.shape)[:m], (tensor, "tensor"))
     kind = node.op.removeprefix("TensorScatter")
     if kind == "Sub":
         updates = ctx.bb.emit(relax.op.negative(updates))
@@ -204,7 +195,7 @@ def _unsorted_segment(ctx, node, data, ids, num_segments):
                           "(TF checks it at run time; the kernel would read past data)")  # fmt: skip
     mode, identity = _reduction(node.op.removeprefix("UnsortedSegment"), ctx.attr(node, "T"))
     # Negative ids are dropped, as TF does; ids >= num_segments raise, as in TF.
-    ids = checked_indices(ctx, node, ids, [(num, str(num))], argument="segment_ids", negatives_pass=True)
+    ids = checked_indices(ctx, node, ids, [num], indices_name="segment_ids", negatives_pass=True)
     return _scatter(ctx, ctx.bb.emit(relax.op.expand_dims(ids, -1)), data, [num], mode, identity)
 
 
@@ -341,7 +332,7 @@ def _gather(ctx, node, params, indices, axis):
         picked = [params[int(i)] for i in idx.reshape(-1)]
         return ShapeValue(picked, scalar=idx.ndim == 0)
     axis %= len(params.ty.shape)
-    indices = _checked_against(ctx, node, indices, [params.ty.shape[axis]], params, "params", [axis])
+    indices = checked_indices(ctx, node, indices, [params.ty.shape[axis]], (params, "params"), [axis])
     # Clipped as well, not TVM's default unchecked "fast" mode: the check above raises first,
     # and the gather must never read outside `params` whatever reaches it.
     return relax.op.take(params, indices, axis=axis, mode="clip")
