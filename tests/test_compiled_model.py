@@ -11,11 +11,11 @@ from conftest import run_python
 
 @pytest.fixture(scope="module")
 def mixed_model():
-    """Dense layers around three ops outside the converter table: cumprod, roll, band_part."""
+    """Dense layers around three ops outside the converter table: lgamma, bessel_i0e, band_part."""
     keras.utils.set_random_seed(0)
     inp = keras.Input((8,))
     h = keras.layers.Dense(16, activation="relu")(inp)
-    h = keras.layers.Lambda(lambda t: tf.roll(tf.math.cumprod(t, axis=-1), shift=3, axis=1))(h)
+    h = keras.layers.Lambda(lambda t: tf.math.special.bessel_i0e(tf.math.lgamma(t + 0.5)))(h)
     h = keras.layers.Lambda(lambda t: tf.linalg.band_part(t, 0, -1))(h)
     return keras.Model(inp, keras.layers.Dense(4)(h))
 
@@ -29,7 +29,7 @@ def test_unconverted_ops_run_in_tf_and_results_match(mixed_model, compiled, rng)
     for batch in (1, 5, 17):  # one symbolic-batch program for every size
         x = rng.standard_normal((batch, 8)).astype(np.float32)
         np.testing.assert_allclose(compiled(x), mixed_model(x), rtol=1e-5, atol=1e-5)
-    assert sorted(fb.op for fb in compiled.fallbacks) == ["Cumprod", "MatrixBandPart", "Roll"]
+    assert sorted(fb.op for fb in compiled.fallbacks) == ["BesselI0e", "Lgamma", "MatrixBandPart"]
 
 
 def test_report_names_the_tf_ops_and_their_calls(mixed_model, rng):
@@ -37,7 +37,7 @@ def test_report_names_the_tf_ops_and_their_calls(mixed_model, rng):
     for _ in range(3):
         exe(rng.standard_normal((2, 8)).astype(np.float32))
     report = exe.report()
-    for op in ("Cumprod", "MatrixBandPart", "Roll"):
+    for op in ("BesselI0e", "Lgamma", "MatrixBandPart"):
         assert f"in TF: {op} (" in report and "ran 3 times" in report
     assert report.startswith("compute nodes:") and "3 calls" in report
 
@@ -56,7 +56,7 @@ def test_inputs_whose_none_batches_meet_must_agree(rng):
 
 
 def test_fallback_error_names_the_ops(mixed_model):
-    with pytest.raises(Unsupported, match="no converter for (Cumprod|Roll|MatrixBandPart)"):
+    with pytest.raises(Unsupported, match="no converter for (BesselI0e|Lgamma|MatrixBandPart)"):
         tftvm.compile_model(mixed_model, [tf.TensorSpec([None, 8])], fallback="error")
     with pytest.raises(ValueError, match="fallback must be 'tf' or 'error'"):
         tftvm.compile_model(mixed_model, [tf.TensorSpec([None, 8])], fallback="numpy")
@@ -115,25 +115,25 @@ def test_a_tampered_export_is_refused(compiled, tmp_path):
 
 
 def test_symbolic_batch_and_sequence_through_attention_after_a_tf_op(rng):
-    # The VM hands the roll (in TF) symbolic batch and sequence dims, and the attention
+    # The VM hands the lgamma (in TF) symbolic batch and sequence dims, and the attention
     # after it compiles once for every batch and sequence length.
     keras.utils.set_random_seed(0)
     inp = keras.Input((None, 8))
     h = keras.layers.Dense(16, activation="relu")(inp)
-    h = keras.layers.Lambda(lambda t: tf.roll(t, shift=1, axis=1))(h)
+    h = keras.layers.Lambda(lambda t: tf.math.lgamma(t + 1.0))(h)
     att = keras.layers.MultiHeadAttention(num_heads=2, key_dim=8)(h, h)
     model = keras.Model(inp, keras.layers.Dense(4)(keras.layers.LayerNormalization()(h + att)))
     exe = tftvm.compile_model(model, [tf.TensorSpec([None, None, 8])])
     for batch, seq in ((1, 3), (2, 7), (4, 16)):
         x = rng.standard_normal((batch, seq, 8)).astype(np.float32)
         np.testing.assert_allclose(exe(x), model(x), rtol=1e-4, atol=1e-4)
-    assert [fb.op for fb in exe.fallbacks] == ["Roll"] and exe.calls == 3
+    assert [fb.op for fb in exe.fallbacks] == ["Lgamma"] and exe.calls == 3
 
 
-EXPORT_ROLL = """
+EXPORT_BAND = """
 import keras, tensorflow as tf, tftvm
 inp = keras.Input((6,))
-model = keras.Model(inp, keras.layers.Lambda(lambda t: tf.roll(t, shift={shift}, axis=1))(inp))
+model = keras.Model(inp, keras.layers.Lambda(lambda t: tf.linalg.band_part(t, 0, {upper}))(inp))
 tftvm.compile_model(model, [tf.TensorSpec([None, 6])]).export({path!r})
 """
 
@@ -141,15 +141,15 @@ tftvm.compile_model(model, [tf.TensorSpec([None, 6])]).export({path!r})
 def test_models_exported_by_different_processes_load_side_by_side(tmp_path, rng):
     # Two fresh processes give their models the same node names; loaded into one
     # process, each must still call its own TF op.
-    for shift in (1, 2):
-        proc = run_python(EXPORT_ROLL.format(shift=shift, path=str(tmp_path / f"m{shift}")))
+    for upper in (1, 2):
+        proc = run_python(EXPORT_BAND.format(upper=upper, path=str(tmp_path / f"m{upper}")))
         assert proc.returncode == 0, proc.stderr[-3000:]
-    loaded = [tftvm.load_model(tmp_path / f"m{shift}") for shift in (1, 2)]
+    loaded = [tftvm.load_model(tmp_path / f"m{upper}") for upper in (1, 2)]
     first, second = loaded[0].fallbacks[0], loaded[1].fallbacks[0]
     assert first.node == second.node and first.packed_name != second.packed_name
     x = rng.standard_normal((2, 6)).astype(np.float32)
-    for shift, exe in zip((1, 2), loaded):
-        np.testing.assert_array_equal(exe(x), np.roll(x, shift, axis=1))
+    for upper, exe in zip((1, 2), loaded):
+        np.testing.assert_array_equal(exe(x), np.triu(np.tril(x, upper)))
 
 
 def test_values_only_tf_can_hold_stay_inside_one_tf_island(rng):

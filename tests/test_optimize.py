@@ -31,7 +31,7 @@ def test_unsupported_op_splits_the_graph_and_is_reported(rng):
 
     def model(x):
         h = tf.nn.relu(tf.matmul(x, w) + 1.0)
-        h = tf.math.cumprod(h, axis=1)  # no converter: stays in TF
+        h = tf.math.special.bessel_i0e(h)  # no converter: stays in TF
         return tf.tanh(tf.matmul(h, w) * 0.5)
 
     fast = tftvm.optimize(model, [tf.TensorSpec([None, 4])])
@@ -39,7 +39,7 @@ def test_unsupported_op_splits_the_graph_and_is_reported(rng):
     np.testing.assert_allclose(fast(x).numpy(), model(x).numpy(), rtol=1e-5, atol=1e-6)
     report = fast.report()
     assert report.count("TVM kernels") == 2
-    assert "stayed in TF: Cumprod x1: no converter for Cumprod" in report
+    assert "stayed in TF: BesselI0e x1: no converter for BesselI0e" in report
 
 
 def test_failed_cluster_stays_in_tf_unless_strict(rng):
@@ -168,7 +168,7 @@ def test_control_dependencies_survive_the_rewrite():
         y = tf.nn.relu(x * 2.0 + 1.0) - 0.5
         with tf.control_dependencies([tf.debugging.assert_less(tf.reduce_max(x), 10.0)]):
             z = tf.identity(y)
-        return tf.math.cumprod(z) + 1.0
+        return tf.math.special.bessel_i0e(z) + 1.0
 
     fast = tftvm.optimize(fn, [tf.TensorSpec([None])])
     assert "cluster 0: 4 ops" in fast.report()

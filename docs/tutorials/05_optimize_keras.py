@@ -10,9 +10,9 @@ where; the result is a TF function that saves as a SavedModel.
 # %%
 # A model with something TVM will not take
 # ----------------------------------------
-# A small CNN. ``tf.math.cumprod`` in the middle is outside tftvm's converter
+# A small CNN. ``tf.math.lgamma`` in the middle is outside tftvm's converter
 # table, so the graph splits there: what comes before and after it runs in TVM,
-# the cumprod stays in TF.
+# the lgamma stays in TF.
 import tempfile
 
 import keras
@@ -25,7 +25,7 @@ inputs = keras.Input((16, 16, 3))
 h = keras.layers.Conv2D(8, 3, padding="same", activation="relu")(inputs)
 h = keras.layers.MaxPooling2D()(h)
 h = keras.layers.GlobalAveragePooling2D()(h)
-h = keras.layers.Lambda(lambda t: tf.math.cumprod(t, axis=-1))(h)
+h = keras.layers.Lambda(lambda t: tf.math.lgamma(t + 1.0))(h)
 outputs = keras.layers.Dense(4, activation="softmax")(keras.layers.Dense(16, activation="relu")(h))
 model = keras.Model(inputs, outputs)
 
@@ -59,4 +59,4 @@ print("the saved and reloaded model matches too")
 
 # %%
 # What you should see: a report with two TVM clusters (before and after the
-# cumprod) and ``Cumprod`` among the nodes that stayed in TF, with its reason.
+# lgamma) and ``Lgamma`` among the nodes that stayed in TF, with its reason.

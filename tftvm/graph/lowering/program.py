@@ -29,11 +29,11 @@ def fuse(mod, merged: str | None = None):
     from tvm import relax
     from tvm.relax.backend.cpu_generic import legalize_passes
 
-    from . import arg_reduce, fast_math, fold_pads, fold_strides, nans, pack_weights, shared_views
+    from . import arg_reduce, denormals, fast_math, fold_pads, fold_strides, nans, pack_weights, shared_views
 
     legalize = relax.transform.LegalizeOps(customize_legalize_map={
         **pack_weights.legalize_map(), **nans.legalize_map(), **fast_math.legalize_map(),
-        **arg_reduce.legalize_map()})
+        **arg_reduce.legalize_map(), **denormals.legalize_map()})
     passes = [legalize if p.info.name == "LegalizeOps" else p
               for p in legalize_passes(tvm.target.Target.current(allow_none=True))]  # fmt: skip
     seq = tvm.transform.Sequential

@@ -258,9 +258,11 @@ def _range(ctx, node, start, limit, delta):
     return relax.op.arange(0, simplify(limit[0]), 1, dtype)
 
 
-@register_converter("Cumsum", constant_inputs=(1,))
-def _cumsum(ctx, node, x, axis):
+@register_converter("Cumsum", "Cumprod", constant_inputs=(1,))
+def _cumulative(ctx, node, x, axis):
     from tvm import topi
+
+    scan = topi.cumsum if node.op == "Cumsum" else topi.cumprod
 
     axis = int(ctx.constant(node, 1)) % len(x.ty.shape)
     exclusive, reverse = bool(ctx.attr(node, "exclusive", False)), bool(ctx.attr(node, "reverse", False))
@@ -269,10 +271,30 @@ def _cumsum(ctx, node, x, axis):
         # topi.cumsum's extern declares its input with a free element offset, which tftvm
         # refuses; feeding it a copy made in the same kernel keeps the parameters dense.
         t = topi.flip(t, axis) if reverse else topi.identity(t)
-        out = topi.cumsum(t, axis, None, exclusive)
+        out = scan(t, axis, None, exclusive)
         return topi.flip(out, axis) if reverse else out
 
-    return ctx.bb.call_te(kernel, x)  # relax.op.cumsum would need DispatchSortScan, which fuse() skips
+    return ctx.bb.call_te(kernel, x)  # relax.op.cumsum/cumprod would need DispatchSortScan, which fuse() skips
+
+
+@register_converter("UnravelIndex", constant_inputs=(1,))
+def _unravel_index(ctx, node, indices, dims):
+    """Coordinates of flat indices into `dims`: (index / stride) % dim per dim, one row
+    each (a scalar index gives a vector). An index from the product of dims on raises, as in
+    TF; a negative one passes, divided and taken modulo as C does (TF's kernel does not check
+    it); an empty vector of indices gives an empty result, where TF 2.21 raises."""
+    shape = [int(d) for d in np.asarray(ctx.constant(node, 1)).reshape(-1)]
+    if not shape or min(shape) <= 0:
+        raise Unsupported(f"UnravelIndex into dims {shape} (TF raises for a dim below 1)")
+    dtype = str(indices.ty.dtype)
+    strides = np.cumprod([1] + shape[:0:-1])[::-1]
+    if strides[0] * shape[0] > np.iinfo(dtype).max:
+        raise Unsupported(f"UnravelIndex into dims {shape}: their product overflows {dtype}")
+    indices = checked_indices(ctx, node, indices, [int(strides[0] * shape[0])], negatives_pass=True)
+    column = [len(shape)] + [1] * len(indices.ty.shape)
+    op = relax.op  # divide and mod of ints round toward zero, as C's / and %
+    quotient = op.divide(op.expand_dims(indices, 0), relax.const(strides.reshape(column), dtype))
+    return op.mod(quotient, relax.const(np.array(shape).reshape(column), dtype))
 
 
 # What TVM's sort library handles (it raises for int16 and misreads bfloat16 as another type).

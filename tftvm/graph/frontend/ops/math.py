@@ -75,9 +75,17 @@ def _pow(ctx, node, x, y):
 
 
 for _tf, _rx in {"Greater": "greater", "GreaterEqual": "greater_equal", "Less": "less",
-                 "LessEqual": "less_equal", "Equal": "equal", "NotEqual": "not_equal",
-                 "LogicalAnd": "logical_and", "LogicalOr": "logical_or"}.items():  # fmt: skip
+                 "LessEqual": "less_equal", "LogicalAnd": "logical_and", "LogicalOr": "logical_or"}.items():  # fmt: skip
     register_converter(_tf, broadcast=True)(_binary(_rx))
+
+
+@register_converter("Equal", "NotEqual", broadcast=True)
+def _equal(ctx, node, x, y):
+    op = relax.op
+    if str(x.ty.dtype) == "bool":  # TVM compares bools as floats, and LLVM's verifier rejects that
+        different = op.logical_xor(x, y)
+        return different if node.op == "NotEqual" else op.logical_not(different)
+    return (op.equal if node.op == "Equal" else op.not_equal)(x, y)
 
 
 for _tf, _rx in {"LogicalNot": "logical_not", "Floor": "floor", "Ceil": "ceil", "Sign": "sign",
@@ -88,8 +96,64 @@ for _tf, _rx in {"LogicalNot": "logical_not", "Floor": "floor", "Ceil": "ceil", 
 
 for _tf, _rx in {"Relu": "nn.relu", "Sigmoid": "sigmoid", "Tanh": "tanh", "Exp": "exp",
                  "Log": "log", "Sqrt": "sqrt", "Rsqrt": "rsqrt", "Neg": "negative", "Abs": "abs",
-                 "Square": "square", "Erf": "erf"}.items():  # fmt: skip
+                 "Square": "square", "Erf": "erf", "Tan": "tan", "Atan": "atan", "Asin": "asin",
+                 "Acos": "acos", "Sinh": "sinh", "Cosh": "cosh", "Asinh": "asinh",
+                 "Acosh": "acosh"}.items():  # fmt: skip
     register_converter(_tf)(_unary(_rx))
+
+
+# Float classes: TF's take floats only, and so do these (an int input never reaches them).
+for _tf, _rx in {"IsNan": "isnan", "IsInf": "isinf", "IsFinite": "isfinite"}.items():
+    register_converter(_tf)(_unary(_rx))
+
+
+@register_converter("Atan2", broadcast=True)
+def _atan2(ctx, node, y, x):
+    return relax.op.atan2(y, x)
+
+
+for _tf, _rx in {"BitwiseAnd": "bitwise_and", "BitwiseOr": "bitwise_or", "BitwiseXor": "bitwise_xor"}.items():
+    register_converter(_tf, broadcast=True)(_binary(_rx))
+register_converter("Invert")(_unary("bitwise_not"))
+
+
+@register_converter("LeftShift", "RightShift", broadcast=True)
+def _shift(ctx, node, x, y):
+    """TF clamps the shift into [0, bits - 1] (a wider one is undefined in C++, and in LLVM
+    gives poison); a left shift wraps, a right shift of a signed int copies its sign bit."""
+    dtype = ctx.attr(node, "T")
+    bits = int("".join(c for c in dtype if c.isdigit()))
+    op = relax.op
+    y = op.clip(y, 0, bits - 1)
+    return (op.left_shift if node.op == "LeftShift" else op.right_shift)(x, y)
+
+
+@register_converter("Softsign")
+def _softsign(ctx, node, x):
+    op = relax.op
+    return op.divide(x, op.add(op.abs(x), relax.const(1, ctx.attr(node, "T"))))
+
+
+@register_converter("Log1p", "Expm1", "Atanh")
+def _near_zero(ctx, node, x):
+    """libm's log1p and expm1, which keep their precision for an x near 0 where log(1 + x)
+    rounds 1 + x first, and atanh as (log1p(x) - log1p(-x)) / 2 (TVM's atanh divides
+    (1 + x) by (1 - x) first, off by 1e-4 of itself at 1e-4). Relax has none of these:
+    each is a kernel calling libm, in float32 for the narrower floats as TF's Eigen does."""
+    from tvm import te, tirx
+
+    def libm(name, value, dtype):
+        wide = "float64" if dtype == "float64" else "float32"
+        result = tirx.call_pure_extern(wide, name + ("f" if wide == "float32" else ""), tirx.Cast(wide, value))
+        return tirx.Cast(dtype, result) if wide != dtype else result
+
+    def element(v, dtype):
+        if node.op == "Atanh":
+            return (libm("log1p", v, dtype) - libm("log1p", -v, dtype)) * tirx.const(0.5, dtype)
+        return libm(node.op.lower(), v, dtype)
+
+    return ctx.bb.call_te(lambda t: te.compute(t.shape, lambda *i: element(t[i], t.dtype), name=node.op.lower()), x)
+
 
 
 def _floor_dims(op: str):
@@ -107,17 +171,41 @@ def _floor_dims(op: str):
     return on_dims
 
 
-@register_converter("FloorDiv", "FloorMod")
-def _floor_div(ctx, node, x, y):
+def _refuse_int_zero_division(ctx, node, y):
     from tvm.ir.expr import Constant
 
-    if isinstance(x, ShapeValue) or isinstance(y, ShapeValue):
-        return shape_arithmetic(ctx, node, [x, y], _floor_dims(node.op))
     if "int" in str(y.ty.dtype) and not (isinstance(y, Constant) and np.all(y.value.numpy() != 0)):
         # TF raises "Integer division by zero"; a TVM kernel's idiv traps, and SIGFPE ends the process.
         raise Unsupported("an integer division by a tensor that may hold 0 stays in TF, which reports it")
+
+
+@register_converter("TruncateDiv", "TruncateMod", broadcast=True)
+def _truncate_div(ctx, node, x, y):
+    """Rounded toward zero, as C's / and % (fmod for floats)."""
+    _refuse_int_zero_division(ctx, node, y)
+    if node.op == "TruncateDiv" and not str(x.ty.dtype).startswith(("int", "uint")):
+        return relax.op.trunc(relax.op.divide(x, y))
+    return (relax.op.divide if node.op == "TruncateDiv" else relax.op.mod)(x, y)
+
+
+@register_converter("FloorDiv", "FloorMod")
+def _floor_div(ctx, node, x, y):
+    if isinstance(x, ShapeValue) or isinstance(y, ShapeValue):
+        return shape_arithmetic(ctx, node, [x, y], _floor_dims(node.op))
+    _refuse_int_zero_division(ctx, node, y)
     x, y = same_dims(ctx, [x, y])
+    if node.op == "FloorMod" and not str(x.ty.dtype).startswith(("int", "uint")):
+        return _float_floor_mod(ctx, node, x, y)
     return {"FloorDiv": relax.op.floor_divide, "FloorMod": relax.op.floor_mod}[node.op](x, y)
+
+
+def _float_floor_mod(ctx, node, x, y):
+    """TF's rule: fmod(x, y), plus y where that is not 0 and x and y differ in sign. TVM's
+    x - floor(x / y) * y gives NaN for an infinite y (TF: x, or y where the signs differ)."""
+    op, zero = relax.op, relax.const(0, ctx.attr(node, "T"))
+    remainder = ctx.bb.emit(op.mod(x, y))
+    signs_differ = op.logical_xor(op.less(x, zero), op.less(y, zero))
+    return op.where(op.logical_and(op.not_equal(remainder, zero), signs_differ), op.add(remainder, y), remainder)
 
 
 @register_converter("Erfc")
@@ -142,6 +230,11 @@ def _reduction(fn_name):
 
 for _tf, _rx in {"Sum": "sum", "Mean": "mean", "Max": "max", "Min": "min"}.items():
     register_converter(_tf, constant_inputs=(1,))(_reduction(_rx))
+
+
+@register_converter("EuclideanNorm", constant_inputs=(1,), dtypes=("float16", "bfloat16", "float32", "float64"))
+def _euclidean_norm(ctx, node, x, axes):
+    return relax.op.sqrt(_reduction("sum")(ctx, node, relax.op.multiply(x, x), axes))
 
 
 @register_converter("All", "Any", constant_inputs=(1,))

@@ -1,5 +1,6 @@
-"""Converters for TF's neural-network ops: activations, bias, softmax, 2-D convolutions and
-pooling (NHWC, TF's default layout) and inference-mode batch norm."""
+"""Converters for TF's neural-network ops: activations, bias, softmax, 2-D convolutions,
+2-D and 3-D pooling (NHWC / NDHWC, TF's default layouts), local response normalization and
+inference-mode batch norm."""
 from __future__ import annotations
 
 from tvm import relax
@@ -103,6 +104,32 @@ def _pool(kind):
 
 register_converter("MaxPool")(_pool("max_pool2d"))
 register_converter("AvgPool")(_pool("avg_pool2d"))
+
+
+@register_converter("MaxPool3D", "AvgPool3D")
+def _pool3d(ctx, node, x):
+    if ctx.attr(node, "data_format", "NDHWC") != "NDHWC":
+        raise Unsupported(f"{node.op} with data_format {ctx.attr(node, 'data_format')}")
+    window, strides = ctx.attr(node, "ksize")[1:4], ctx.attr(node, "strides")[1:4]
+    same = ctx.attr(node, "padding") != "VALID"
+    sizes = static_dims(x, node.op, (1, 2, 3))[1:4] if same else None
+    pads = window_pads(ctx, node, sizes, window, strides, (1, 1, 1))
+    fn = relax.op.nn.max_pool3d if node.op == "MaxPool3D" else relax.op.nn.avg_pool3d
+    return fn(x, pool_size=window, strides=strides, padding=[p[0] for p in pads] + [p[1] for p in pads],
+              layout="NDHWC", count_include_pad=False)  # fmt: skip
+
+
+@register_converter("LRN")
+def _lrn(ctx, node, x):
+    """TF's x / (bias + alpha * sum of squares over the 2r + 1 nearest channels) ** beta:
+    TOPI's LRN over the last axis, whose alpha TOPI divides by the window's size."""
+    from tvm import topi
+
+    size = 2 * int(ctx.attr(node, "depth_radius", 5)) + 1
+    alpha, beta, bias = (float(ctx.attr(node, k, d)) for k, d in (("alpha", 1.0), ("beta", 0.5), ("bias", 1.0)))
+    if len(x.ty.shape) != 4:
+        raise Unsupported(f"LRN of a rank-{len(x.ty.shape)} input (TF takes rank 4)")
+    return ctx.bb.call_te(topi.nn.lrn, x, size, 3, alpha * size, beta, bias)
 
 
 @register_converter("FusedBatchNormV3", "FusedBatchNorm")

@@ -197,3 +197,37 @@ def _split(ctx, node, axis, x):
 def _split_v(ctx, node, x, sizes, axis):
     sizes = [int(s) for s in np.asarray(ctx.constant(node, 1)).reshape(-1)]
     return _split_outputs(x, sizes, int(ctx.constant(node, 2)))
+
+
+@register_converter("ReverseV2", constant_inputs=(1,))
+def _reverse(ctx, node, x, axis):
+    rank = len(x.ty.shape)
+    for a in sorted({int(a) % rank for a in np.atleast_1d(ctx.constant(node, 1))}):
+        x = ctx.bb.emit(relax.op.flip(x, a))
+    return x
+
+
+@register_converter("Roll", constant_inputs=(1, 2))
+def _roll(ctx, node, x, shift, axis):
+    """out[.., i, ..] = x[.., (i - shift) mod n, ..]: shifts along one axis add up, and a
+    dim of 0 has no element to read (an index kernel, so symbolic dims roll too)."""
+    from tvm import te, tirx
+
+    rank = len(x.ty.shape)
+    shifts, axes = np.broadcast_arrays(np.asarray(ctx.constant(node, 1)), np.asarray(ctx.constant(node, 2)))
+    total = {}
+    for s, a in zip(shifts.reshape(-1), axes.reshape(-1)):
+        if not -rank <= int(a) < rank:
+            raise Unsupported(f"Roll axis {int(a)} of a rank-{rank} input (TF raises)")
+        total[int(a) % rank] = total.get(int(a) % rank, 0) + int(s)
+
+    def kernel(t):
+        def at(*i):
+            index = list(i)
+            for a, s in total.items():
+                index[a] = tirx.floormod(i[a] - s, t.shape[a])
+            return t[tuple(index)]
+
+        return te.compute(t.shape, at, name="roll")
+
+    return ctx.bb.call_te(kernel, x) if total else x

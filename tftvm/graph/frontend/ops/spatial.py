@@ -1,4 +1,5 @@
-"""Converters for TF's spatial ops: transposed and 3-D convs, resizes, block rearrangements, mirror pads."""
+"""Converters for TF's spatial ops: transposed and 3-D convs, resizes, block rearrangements, mirror pads,
+morphological dilation and crop-and-resize."""
 from __future__ import annotations
 
 import numpy as np
@@ -190,3 +191,60 @@ def _mirror_pad(ctx, node, x, paddings):
         parts += [op.flip(op.strided_slice(x, [a], [n - skip - hi], [n - skip]), a)] if hi else []
         x = op.concat(parts, axis=a)
     return x
+
+
+@register_converter("Dilation2D")
+def _dilation2d(ctx, node, x, w):
+    """Grayscale morphological dilation: the largest x + w over each (strided, dilated)
+    window, as TF's kernel takes it: taps in the padding are skipped, not read as zeros, a
+    window with none gives the dtype's lowest value, and a NaN tap is never the largest."""
+    from tvm import te, tirx
+
+    strides, rates = ctx.attr(node, "strides")[1:3], ctx.attr(node, "rates")[1:3]
+    fh, fw, c = static_dims(w, "Dilation2D filter")
+    h, wd = static_dims(x, "Dilation2D", (1, 2))[1:3]
+    (top, bottom), (left, right) = window_pads(ctx, node, (h, wd), (fh, fw), strides, rates)
+    out_h = (h + top + bottom - (fh - 1) * rates[0] - 1) // strides[0] + 1
+    out_w = (wd + left + right - (fw - 1) * rates[1] - 1) // strides[1] + 1
+    if min(out_h, out_w) < 1:
+        raise Unsupported(f"Dilation2D with an empty output ({out_h}, {out_w}): TF raises")
+
+    def kernel(t, f):
+        lowest = te.min_value(t.dtype)
+        # Select(value > best, value, best): a NaN value never wins, as TF's `if (val > cur)`.
+        largest = te.comm_reducer(lambda best, value: tirx.Select(value > best, value, best), lambda dtype: lowest)
+        ry, rx = te.reduce_axis((0, fh), "ry"), te.reduce_axis((0, fw), "rx")
+
+        def at(b, y, x_, ch):
+            hy, wx = y * strides[0] + ry * rates[0] - top, x_ * strides[1] + rx * rates[1] - left
+            inside = tirx.all(hy >= 0, hy < h, wx >= 0, wx < wd)
+            # A tap outside reads nothing and adds `lowest`, which never beats the running
+            # best. (Not the reduction's `where=`: TVM 0.27's create_prim_func drops it.)
+            tap = tirx.if_then_else(inside, t[b, hy, wx, ch] + f[ry, rx, ch], lowest)
+            return largest(tap, axis=[ry, rx])
+
+        return te.compute((t.shape[0], out_h, out_w, c), at, name="dilation2d")
+
+    return ctx.bb.call_te(kernel, x, w)
+
+
+@register_converter("CropAndResize", constant_inputs=(3,))
+def _crop_and_resize(ctx, node, image, boxes, box_index, crop_size):
+    """TOPI's crop-and-resize in NHWC, float32 out as TF's; a box index outside the batch
+    raises, as in TF."""
+    from tvm import topi
+
+    from .indexing import checked_indices
+
+    size = [int(s) for s in np.asarray(ctx.constant(node, 3)).reshape(-1)]
+    if len(size) != 2 or min(size) < 1:
+        raise Unsupported(f"CropAndResize crop_size {size} (TF raises)")
+    if min(size) == 1:  # TF samples a box's centre there; TOPI divides by size - 1
+        raise Unsupported(f"CropAndResize crop_size {size}: TOPI divides by a size of 1 minus 1")
+    method = ctx.attr(node, "method", "bilinear")
+    if method != "bilinear":  # TOPI's nearest picks other pixels than TF's roundf
+        raise Unsupported(f"CropAndResize method {method}: only bilinear matches TF")
+    box_index = checked_indices(ctx, node, box_index, [image.ty.shape[0]], (image, "image"), [0], "box_ind")
+    image = ctx.bb.emit(relax.op.astype(image, "float32"))
+    return ctx.bb.call_te(topi.image.crop_and_resize, image, boxes, box_index, size, layout="NHWC", method=method,
+                          extrapolation_value=float(ctx.attr(node, "extrapolation_value", 0.0)), out_dtype="float32")  # fmt: skip

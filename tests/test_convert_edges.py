@@ -1,0 +1,168 @@
+"""Converters on the values where kernels differ: NaN, infinities, signed zeros, denormals,
+int extremes, bad indices, each against TF itself (or NumPy where TF's two CPU kernels
+disagree with each other)."""
+import numpy as np
+import pytest
+import tensorflow as tf
+from tftvm.graph.frontend import Unsupported, to_relax
+from tftvm.graph.lowering.program import RelaxProgram
+
+from conftest import check_converter, tf_graph
+
+F32 = tf.float32
+# Denormals differ by their own size at most: TF's kernels run with denormals-are-zero,
+# and some of TVM's libm calls do not see that flag (the result, not the class, differs).
+DENORMAL = 1e-37
+
+EDGES = np.array([0.0, -0.0, 1e-40, -1e-40, 1e-30, -1e-30, 1e-4, -3e-4, 0.07, -0.5, 0.5, 1.0, -1.0, 0.9999999,
+                  3.0, -7.5, 100.0, -100.0, 1e10, -1e10, np.inf, -np.inf, np.nan], np.float32)  # fmt: skip
+
+UNARY = {
+    "Tan": tf.math.tan, "Atan": tf.math.atan, "Asin": tf.math.asin, "Acos": tf.math.acos, "Sinh": tf.math.sinh,
+    "Cosh": tf.math.cosh, "Asinh": tf.math.asinh, "Acosh": tf.math.acosh, "Atanh": tf.math.atanh,
+    "Log1p": tf.math.log1p, "Expm1": tf.math.expm1, "Softsign": tf.nn.softsign, "Log": tf.math.log,
+    "Sqrt": tf.math.sqrt, "IsNan": tf.math.is_nan, "IsInf": tf.math.is_inf, "IsFinite": tf.math.is_finite,
+}  # fmt: skip
+
+
+@pytest.mark.parametrize("op_type", sorted(UNARY))
+def test_unary_on_edge_values(op_type, rng):
+    noise = rng.standard_normal(37).astype(np.float32)
+    check_converter(UNARY[op_type], [tf.TensorSpec([None], F32)], [[EDGES], [noise]], op_type, rtol=2e-6,
+                    atol=DENORMAL)  # fmt: skip
+
+
+INFINITE = np.array([np.inf, -np.inf, np.inf, -np.inf, 2.0, np.inf, np.inf, 3.0, -np.inf, 2.0, -np.inf, -np.inf,
+                     0.5, 2.5, -2.0, -2.5], np.float32)  # fmt: skip
+FINITE = np.array([-1e-40, 1e-40, -0.0, 0.0, -1e-30, 5.0, -5.0, np.inf, -np.inf, np.nan, 3.5, -3.5, -7.0, 7.0,
+                   5.5, -5.5], np.float32)  # fmt: skip
+
+
+@pytest.mark.parametrize("op_type, fn", [("FloorMod", tf.math.floormod), ("FloorDiv", tf.math.floordiv),
+                                         ("TruncateMod", tf.truncatemod), ("Pow", tf.pow), ("Atan2", tf.math.atan2)],
+                         ids=["FloorMod", "FloorDiv", "TruncateMod", "Pow", "Atan2"])  # fmt: skip
+def test_binary_on_infinities_and_denormals(op_type, fn):
+    """floormod(x, +-inf) is x or the infinity (TF's fmod rule), not NaN; pow of a denormal
+    base reads it as 0, as TF's kernels do."""
+    feeds = [[FINITE, INFINITE], [INFINITE, FINITE]]
+    check_converter(fn, [tf.TensorSpec([None], F32)] * 2, feeds, op_type, rtol=2e-6, atol=DENORMAL)
+
+
+@pytest.mark.parametrize("dtype", [tf.int8, tf.uint8, tf.int32, tf.int64])
+@pytest.mark.parametrize("op_type, fn", [
+    ("LeftShift", tf.bitwise.left_shift), ("RightShift", tf.bitwise.right_shift),
+    ("BitwiseAnd", tf.bitwise.bitwise_and), ("BitwiseOr", tf.bitwise.bitwise_or),
+    ("BitwiseXor", tf.bitwise.bitwise_xor), ("Invert", lambda x, y: tf.bitwise.invert(x)),
+], ids=["LeftShift", "RightShift", "BitwiseAnd", "BitwiseOr", "BitwiseXor", "Invert"])  # fmt: skip
+def test_int_ops_at_the_extremes(op_type, fn, dtype):
+    """Shifts by more than the width or by a negative amount are clamped into [0, bits - 1],
+    as TF's kernels do; a left shift wraps, a right shift of a negative copies its sign."""
+    info = np.iinfo(dtype.as_numpy_dtype)
+    x = np.array([info.min, info.max, 5, 1, 0, 77, info.min, info.max, 3, 100, 2, 9], dtype.as_numpy_dtype)
+    if info.min < 0:
+        x[[2, 9]] = -5, -100
+    y = np.array([1, 1, 70, 3, 0, 2, 100, 3, 7, 63, 8, 31], dtype.as_numpy_dtype)
+    if info.min < 0:
+        y[[3, 11]] = -3, -1
+    check_converter(fn, [tf.TensorSpec([None], dtype)] * 2, [[x, y]], op_type)
+
+
+@pytest.mark.parametrize("op_type, dtype", [("TruncateDiv", tf.int8), ("TruncateDiv", tf.int32), ("TruncateDiv", tf.int64),
+                                            ("TruncateMod", tf.int32), ("TruncateMod", tf.int64)])  # TF: no int8 mod
+def test_truncating_int_division_by_constants(op_type, dtype):
+    np_dtype = dtype.as_numpy_dtype
+    info = np.iinfo(np_dtype)
+    x = np.array([info.min, info.max, -5, 5, 1, 0, -1, 77, -77, 3, -3, 100], np_dtype)
+    divisors = tf.constant([7, -3, 5, 2, 9, 11, -13, 3, 4, -5, 6, 7], dtype)
+    fn = getattr(tf, op_type.lower())
+    check_converter(lambda a: fn(a, divisors), [tf.TensorSpec([12], dtype)], [[x]], op_type)
+
+
+def test_int_division_by_a_tensor_stays_in_tf():
+    nodes, inputs, outputs, _ = tf_graph(tf.truncatediv, [tf.TensorSpec([None], tf.int32)] * 2)
+    with pytest.raises(Unsupported, match="may hold 0"):
+        to_relax(nodes, inputs, outputs)
+
+
+@pytest.mark.parametrize("op_type", ["Equal", "NotEqual"])
+def test_equality_of_bools(op_type):
+    fn = (lambda x, y: tf.equal(x > 0, y > 0)) if op_type == "Equal" else (lambda x, y: tf.not_equal(x > 0, y > 0))
+    feed = [np.array([1, -1, 1, -1], np.float32), np.array([1, 1, -1, -1], np.float32)]
+    check_converter(fn, [tf.TensorSpec([None], F32)] * 2, [feed], op_type)
+
+
+@pytest.mark.parametrize("width", [4, 37], ids=["narrow", "wide"])
+def test_softmax_of_rows_with_nan_or_inf_is_nan(width):
+    """A row holding NaN or +inf is NaN throughout, as TF's Eigen kernel
+    (TF_ENABLE_ONEDNN_OPTS=0) and exp(x - max) / sum give it. TF's default oneDNN kernel
+    gives NaN at some places of such a row and 0 at others, by where they fall in its vectors."""
+    rows = np.array([[1, np.inf, 2, 3], [1, np.nan, 2, 3], [np.inf, np.inf, 0, 1], [-np.inf, 0, 1, 2],
+                     [-np.inf] * 4, [np.inf, -np.inf, 1, 1], [1, 2, 3, 4]], np.float32)  # fmt: skip
+    rows = np.tile(rows, (1, width // 4 + 1))[:, :width]
+    nodes, inputs, outputs, _ = tf_graph(tf.nn.softmax, [tf.TensorSpec([None, width], F32)])
+    got = RelaxProgram(to_relax(nodes, inputs, outputs), name="softmax_edges")(tf.constant(rows)).numpy()
+    with np.errstate(invalid="ignore"):
+        shifted = rows - rows.max(axis=1, keepdims=True)
+        want = np.exp(shifted) / np.exp(shifted).sum(axis=1, keepdims=True)
+    np.testing.assert_allclose(got, want, rtol=2e-6, atol=1e-7)
+    assert np.isnan(got[:3]).all() and np.isnan(got[4:6]).all() and not np.isnan(got[[3, 6]]).any()
+
+
+# Spatial and index ops ------------------------------------------------------------------------
+
+def test_dilation2d_skips_nan_taps_and_the_padding(rng):
+    x = rng.standard_normal((1, 5, 5, 2)).astype(np.float32)
+    x[0, 2, 2, 0], x[0, 0, 0, 1] = np.nan, np.inf
+    fn = lambda x, f: tf.nn.dilation2d(x, f, [1, 1, 1, 1], "SAME", "NHWC", [1, 1, 1, 1])  # noqa: E731
+    specs = [tf.TensorSpec([None, 5, 5, 2], F32), tf.TensorSpec([3, 3, 2], F32)]
+    check_converter(fn, specs, [[x, rng.standard_normal((3, 3, 2)).astype(np.float32)]], "Dilation2D")
+
+
+def crop_and_resize(image, boxes, box_index):
+    return tf.image.crop_and_resize(image, boxes, box_index, [3, 4], extrapolation_value=0.5)
+
+
+CROP_SPECS = [tf.TensorSpec([None, 6, 7, 2], F32), tf.TensorSpec([None, 4], F32), tf.TensorSpec([None], tf.int32)]
+
+
+def test_crop_and_resize_bilinear(rng):
+    """Boxes inside, flipped, and reaching outside the image (extrapolated there)."""
+    boxes = np.array([[0.1, 0.2, 0.8, 0.9], [0.5, 0.5, 0.2, 0.1], [-0.3, -0.2, 1.4, 1.1], [0, 0, 0.5, 0.5]], np.float32)
+    feeds = [[rng.standard_normal((2, 6, 7, 2)).astype(np.float32), boxes, np.array([0, 1, 1, 0], np.int32)],
+             [rng.standard_normal((1, 6, 7, 2)).astype(np.float32), boxes[:2], np.array([0, 0], np.int32)]]  # fmt: skip
+    check_converter(crop_and_resize, CROP_SPECS, feeds, "CropAndResize", rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("bad", [2, -1])
+def test_crop_and_resize_box_index_outside_the_batch_raises(bad, rng):
+    nodes, inputs, outputs, _ = tf_graph(crop_and_resize, CROP_SPECS)
+    program = RelaxProgram(to_relax(nodes, inputs, outputs), name="crop_bad_index")
+    args = [rng.standard_normal((2, 6, 7, 2)).astype(np.float32), np.zeros((1, 4), np.float32),
+            np.array([bad], np.int32)]  # fmt: skip
+    with pytest.raises(tf.errors.InvalidArgumentError, match=r"'box_ind' is not in \[0, dim 0 of 'image'\)"):
+        program(*[tf.constant(a) for a in args])
+    with pytest.raises(tf.errors.OutOfRangeError):
+        crop_and_resize(*args)  # TF raises as well
+
+
+@pytest.mark.parametrize("indices, dims", [([0, 59, 17, 33], [3, 4, 5]), ([13], [7, 2])])
+def test_unravel_index(indices, dims):
+    fn = lambda i: tf.unravel_index(i, dims)  # noqa: E731
+    check_converter(fn, [tf.TensorSpec([None], tf.int32)], [[np.array(indices, np.int32)]], "UnravelIndex")
+    scalar = lambda i: tf.unravel_index(i, tf.constant(dims, tf.int64))  # noqa: E731
+    check_converter(scalar, [tf.TensorSpec([], tf.int64)], [[np.array(indices[0], np.int64)]], "UnravelIndex")
+
+
+def test_unravel_index_of_negatives_as_tf():
+    fn = lambda i: tf.unravel_index(i, [3, 4, 5])  # noqa: E731  TF does not check them
+    check_converter(fn, [tf.TensorSpec([None], tf.int32)], [[np.array([-1, -7, -61, 5], np.int32)]], "UnravelIndex")
+
+
+def test_unravel_index_out_of_range_raises():
+    fn = lambda i: tf.unravel_index(i, [3, 4, 5])  # noqa: E731
+    nodes, inputs, outputs, _ = tf_graph(fn, [tf.TensorSpec([None], tf.int32)])
+    program = RelaxProgram(to_relax(nodes, inputs, outputs), name="unravel_bad_index")
+    with pytest.raises(tf.errors.InvalidArgumentError, match=r"not in \[60\)"):
+        program(tf.constant([3, 60], tf.int32))
+    with pytest.raises(tf.errors.InvalidArgumentError):
+        fn(tf.constant([3, 60], tf.int32))
