@@ -7,7 +7,8 @@ One model of every keras.applications family (random weights and batch-norm stat
 each accepts unless --size), Keras RNN and text models (LSTM, GRU, SimpleRNN with
 states, Bidirectional, Conv1D), a two-input model, a Transformer encoder block (10x32,
 128 tokens x 512 with 8 heads and a 2048-unit MLP, and BERT-base's 128 x 768 with 12 heads
-and a 3072-unit MLP) and an MLP (3 x 1024 units).
+and a 3072-unit MLP), an MLP (3 x 1024 units), and legacy Keras (tf_keras) variants: MobileNetV2,
+ResNet50, an LSTM and a GRU.
 Each is compiled with a `None` batch by `tftvm.optimize` and `tftvm.compile_model`, and
 run as an unchanged script would run it under `tftvm.enable()` (path "enable": a
 tf.function of the model, instantiated while the pass is on), at batch 1 and 3 against
@@ -43,31 +44,36 @@ APPLICATIONS = {  # family representative -> smallest input side it accepts
 VOCAB, SEQ = 50, 12
 
 
-def application(name: str, size: int):
-    import keras
+def _keras(legacy: bool):
+    """Keras 3, or legacy Keras (`tf_keras`, Keras 2), which many TF codebases still use."""
+    import importlib
 
+    return importlib.import_module("tf_keras" if legacy else "keras")
+
+
+def application(name: str, size: int, legacy: bool = False):
     def build():
+        keras = _keras(legacy)
         keras.utils.set_random_seed(0)
         # Logits, not the softmax: a softmax of random-weight logits is ~uniform and hides errors.
         model = getattr(keras.applications, name)(weights=None, input_shape=(size, size, 3),
                                                    classifier_activation=None)  # fmt: skip
-        trained_statistics(model)
+        trained_statistics(model, keras)
         return model, [_spec([None, size, size, 3])], lambda rng, b: [rng.standard_normal((b, size, size, 3)).astype(np.float32)]
 
     return build
 
 
-def trained_statistics(model) -> None:
+def trained_statistics(model, keras) -> None:
     """Batch norms with statistics as training leaves them, not their initial ones: at mean 0,
     variance 1, scale 1 and offset 0, TF's constant folding removes most of a frozen batch norm,
     which flatters the frozen paths (optimize, compile_model) against enable()'s variables."""
-    import keras
-
     rng = np.random.default_rng(0)
     for layer in model._flatten_layers():
         if isinstance(layer, keras.layers.BatchNormalization):
             for weight in layer.weights:  # gamma, beta, moving mean, moving variance, as present
-                low, high = {"gamma": (0.5, 1.5), "moving_variance": (0.5, 2.0)}.get(weight.name, (-0.5, 0.5))
+                name = weight.name.split("/")[-1].split(":")[0]  # tf_keras: "<layer>/gamma:0"
+                low, high = {"gamma": (0.5, 1.5), "moving_variance": (0.5, 2.0)}.get(name, (-0.5, 0.5))
                 weight.assign(rng.uniform(low, high, weight.shape).astype(np.float32))
 
 
@@ -77,50 +83,40 @@ def _spec(shape, dtype="float32"):
     return tf.TensorSpec(shape, dtype)
 
 
-def _text(body):
-    """A token-id model: Embedding, then `body`'s layers, then a Dense head."""
+def _text(body, legacy: bool = False):
+    """A token-id model: Embedding, then `body`'s layers (given the Keras layers module), then
+    a Dense head."""
 
     def build():
-        import keras
-
+        keras = _keras(legacy)
         keras.utils.set_random_seed(0)
         tokens = keras.Input((SEQ,), dtype="int32")
-        outputs = body(keras.layers.Embedding(VOCAB, 16)(tokens))
+        outputs = body(keras.layers, keras.layers.Embedding(VOCAB, 16)(tokens))
         return (keras.Model(tokens, outputs), [_spec([None, SEQ], "int32")],
                 lambda rng, b: [rng.integers(0, VOCAB, (b, SEQ)).astype(np.int32)])  # fmt: skip
 
     return build
 
 
-def _layers():
-    import keras
-
-    return keras.layers
+def _lstm(L, h):
+    return L.Dense(4)(L.LSTM(24)(h))
 
 
-def _lstm(h):
-    return _layers().Dense(4)(_layers().LSTM(24)(h))
-
-
-def _gru(h):
-    L = _layers()
+def _gru(L, h):
     return L.Dense(4)(L.GlobalAveragePooling1D()(L.GRU(24, return_sequences=True)(h)))
 
 
-def _simple_rnn_states(h):
-    L = _layers()
+def _simple_rnn_states(L, h):
     seq, state = L.SimpleRNN(16, return_sequences=True, return_state=True)(h)
     return [L.Dense(4)(state), seq]
 
 
-def _bidirectional(h):
-    L = _layers()
+def _bidirectional(L, h):
     h = L.Bidirectional(L.LSTM(12, return_sequences=True))(h)
     return L.Dense(4)(L.Bidirectional(L.GRU(8))(h))
 
 
-def _conv1d(h):
-    L = _layers()
+def _conv1d(L, h):
     h = L.Conv1D(32, 3, activation="relu", padding="same")(h)
     return L.Dense(4)(L.GlobalMaxPooling1D()(L.Conv1D(16, 3, dilation_rate=2)(h)))
 
@@ -182,7 +178,12 @@ def models(size: int | None = None) -> dict:
                 "two-input": two_input, "Transformer block": transformer(10, 32, 4, 64),
                 # At the sizes that carry the time in practice (BERT-base-like width halved; a wide MLP):
                 "Transformer encoder 128x512": transformer(128, 512, 8, 2048), "MLP 1024x3": mlp(1024, 3),
-                "BERT-base encoder": transformer(128, 768, 12, 3072)})  # fmt: skip
+                "BERT-base encoder": transformer(128, 768, 12, 3072),
+                # Legacy Keras (tf_keras): its own graphs (FusedBatchNormV3's unused outputs, its
+                # embedding lookup's colocation, its RNN loops).
+                "tf_keras MobileNetV2": application("MobileNetV2", size or 32, legacy=True),
+                "tf_keras ResNet50": application("ResNet50", size or 32, legacy=True),
+                "tf_keras LSTM": _text(_lstm, legacy=True), "tf_keras GRU": _text(_gru, legacy=True)})  # fmt: skip
     return zoo
 
 
@@ -214,6 +215,10 @@ class WithPass:
 
     def __call__(self, *inputs):
         return self._fn(*inputs)
+
+    def errors(self) -> list[str]:
+        """Why the pass left a function of this model in TF, per such function."""
+        return [f"{r.function}: {r.error}" for r in self._rewrites if r.error]
 
     def summary(self):
         from types import SimpleNamespace

@@ -133,12 +133,14 @@ def _imported(graph_def, args, function_def):
         if "_handle_dtypes" in arg.attr:  # (reading a missing key would add it)
             with_handle_data(node, _handle_data(arg))
     rest.node.extend(n for n in graph_def.node if n.op != "_Retval" and n.name not in arg_names)
-    # Colocation with an argument (an iterator's IteratorGetNext) names a node this import
-    # does not hold; the placer colocates a resource's users with it anyway.
-    arg_locations = {f"loc:@{name}".encode() for name in arg_names}
+    # Colocation with a node this import does not hold is dropped: an argument (an iterator's
+    # IteratorGetNext), or a captured variable under the name it had while traced (tf_keras'
+    # embedding_lookup names `.../embedding_lookup/8682`, whose `_Arg` is spelled otherwise).
+    # The placer colocates a resource's users with it anyway.
+    held = {f"loc:@{node.name}".encode() for node in rest.node if node.name not in arg_names}
     for node in rest.node:
         if "_class" in node.attr:
-            kept = [c for c in node.attr["_class"].list.s if c not in arg_locations]
+            kept = [c for c in node.attr["_class"].list.s if not c.startswith(b"loc:@") or c in held]
             del node.attr["_class"].list.s[:]
             node.attr["_class"].list.s.extend(kept)
             if not kept:
