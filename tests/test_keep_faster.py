@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 import tftvm
-from tftvm.graph.offload import safety_net
+from tftvm.graph.offload import control_flow, safety_net
 
 pytestmark = pytest.mark.serial  # the verdicts and the busy share follow what the machine does
 
@@ -312,3 +312,34 @@ def test_compile_model_times_new_input_shapes_on_their_first_calls(slow_side, rn
     assert loaded.timings[((4, 32),)].tf_faster == verdict.tf_faster
     loaded(x)
     assert loaded.calls == (0 if slow_side == "TVM" else 1)
+
+
+def test_a_size_switch_in_a_loop_body_survives_enable_and_disable(rng, monkeypatch):
+    """A tf_keras LSTM's step (its StatelessWhile body) behind a size switch (TF faster for
+    large inputs): after enable() and disable() clear TF's kernel cache, the optimized model
+    is instantiated again and still finds its switch's branches (once: NotFoundError, the
+    traced body that had registered them being collected)."""
+    import gc
+    import sys
+
+    from conftest import ROOT
+
+    sys.path.insert(0, str(ROOT / "benchmarks"))
+    import zoo
+
+    def clock(run_tvm, run_tf, inputs):
+        large = any(d == safety_net.LARGE_DIM for d in inputs[0].shape)
+        return safety_net.Timing(2e-3, 1e-3) if large else safety_net.Timing(1e-3, 2e-3)
+
+    monkeypatch.setattr(safety_net, "time_both", clock)
+    monkeypatch.setattr(safety_net, "_read", lambda key: [])
+    model, signature, make_inputs = zoo.models()["tf_keras LSTM"]()
+    optimized = tftvm.optimize(model, signature, keep_faster=True)
+    switched = [c for b in control_flow.flatten(optimized.bodies) for c in b.clusters if c.switch is not None]
+    assert switched, optimized.report()
+    assert zoo.check(model, optimized, make_inputs, batches=(2,)) <= 1e-5
+    gc.collect()
+    tftvm.enable()
+    tf.function(lambda a: tf.nn.relu(a * 2.0 + 1.0))(tf.ones([4, 4]))
+    tftvm.disable()
+    assert zoo.check(model, optimized, make_inputs, batches=(1, 5)) <= 1e-5  # both sides of the switch

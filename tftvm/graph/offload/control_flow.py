@@ -51,6 +51,11 @@ class Body:
     error: str | None = None  # why the original stays, if it failed
     inner: list = dataclasses.field(default_factory=list)  # Bodies of its own While/If nodes
     function_defs: list = dataclasses.field(default_factory=list, repr=False)  # the new function and its callees
+    # The traced body, held while the Body lives: TF drops the functions a traced function put
+    # into the eager context when it is collected (a size switch's cond branches among them), and
+    # a graph calling the new body instantiates again after the kernel cache is cleared
+    # (tftvm.enable() and disable() clear it), finding them gone.
+    traced: object = dataclasses.field(default=None, repr=False)
 
     @property
     def offloaded(self) -> int:
@@ -124,7 +129,7 @@ def _optimize_body(frozen, library, name, arguments, offload, strict, node, attr
                                autograph=False).get_concrete_function()  # fmt: skip
         _check_outputs(concrete, body.frozen, shapes if attr == "body" else None)
         replacement = f"{name}_tftvm_{next(_names)}"
-        body.function_defs = _function_defs(concrete, replacement)
+        body.function_defs, body.traced = _function_defs(concrete, replacement), concrete
         body.replacement = replacement
         log.info("%s %s: %s -> %s, %d compute nodes in TVM", node, attr, name, replacement, body.offloaded)
     except Exception as err:  # the original body stays: the loop runs as before
