@@ -1,12 +1,14 @@
-"""Reliability under abuse: fuzzed calls, many threads, long runs; bounded in time.
+"""Reliability under abuse: fuzzed calls, many threads, long runs, random graphs; bounded in time.
 
     python benchmarks/stress.py [--quick] [--cases N] [--threads T] [--calls M]
-                                [--eager N] [--graph N] [--part fuzz|threads|leaks]
+                                [--eager N] [--graph N] [--part fuzz|threads|leaks|graphs]
 
 Each part runs in a child process of its own, so a crash is counted and reported
 instead of ending the run. Printed: cases tried and how each ended, threads x calls
 checked against NumPy, RSS / loaded modules / open files before and after the
-long runs, and the number of crashes. Exits 1 if anything crashed or was wrong.
+long runs, random TF graphs (N of them, graph_fuzz.py) run through TF, optimize,
+compile_model and enable() with every difference from TF listed, and the number of
+crashes. Exits 1 if anything crashed or was wrong.
 The tests run each part small (tests/test_reliability.py).
 """
 from __future__ import annotations
@@ -279,6 +281,44 @@ def leaks(eager: int, graph: int) -> dict:
 
 
 # ---------------------------------------------------------------------------
+# 4. Graphs: random TF graphs through TF and tftvm's three paths (graph_fuzz.py)
+# ---------------------------------------------------------------------------
+
+
+def graphs(count: int, seed: int, progress_file: str | None) -> dict:
+    """`count` random graphs (hypothesis, generation only: every difference is listed, none
+    stops the run; tests/test_graph_fuzz.py shrinks the ones it finds)."""
+    import logging
+
+    import graph_fuzz
+    from hypothesis import HealthCheck, Phase, given, settings
+    from hypothesis import seed as hypothesis_seed
+
+    logging.getLogger("tftvm").setLevel(logging.ERROR)  # refused converters say why: expected here
+    graph_fuzz.ops()
+    found, ran = [], [0]
+
+    @hypothesis_seed(seed)
+    @settings(max_examples=count, deadline=None, database=None, phases=[Phase.generate],
+              suppress_health_check=list(HealthCheck))  # fmt: skip
+    @given(graph_fuzz.cases())
+    def run(case):
+        recipe, feeds = case
+        ran[0] += 1
+        if progress_file:
+            with open(progress_file, "w") as f:
+                f.write(str(recipe))
+        differences = graph_fuzz.differences(recipe, feeds)
+        if differences:
+            found.append({"graph": str(recipe), "feeds": [a.tolist() for a in feeds], "differences": differences})
+
+    start = time.perf_counter()
+    run()
+    return {"graphs": ran[0], "with differences": len(found), "seconds": round(time.perf_counter() - start, 1),
+            "differences": found[:20]}  # fmt: skip
+
+
+# ---------------------------------------------------------------------------
 
 
 def run_part(part: str, args) -> dict:
@@ -301,7 +341,7 @@ def run_part(part: str, args) -> dict:
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--quick", action="store_true", help="small counts: a smoke run")
-    parser.add_argument("--part", choices=["fuzz", "threads", "leaks"], action="append", help="only these parts")
+    parser.add_argument("--part", choices=["fuzz", "threads", "leaks", "graphs"], action="append", help="only these parts")
     parser.add_argument("--cases", type=int, default=2000, help="fuzzed calls (default 2000)")
     parser.add_argument("--seed", type=int, default=0, help="0: the same cases every run")
     parser.add_argument("--threads", type=int, default=8)
@@ -319,16 +359,19 @@ def main() -> int:
 
             tf.config.threading.set_inter_op_parallelism_threads(4)
         result = {"fuzz": lambda: fuzz(args.cases, args.seed, args.progress_file),
+                  "graphs": lambda: graphs(args.cases, args.seed, args.progress_file),
                   "threads": lambda: threads(args.threads, args.calls),
                   "leaks": lambda: leaks(args.eager, args.graph)}[args.child]()  # fmt: skip
         print("RESULT " + json.dumps(result))
         return 0
-    results = [run_part(part, args) for part in args.part or ["fuzz", "threads", "leaks"]]
+    results = [run_part(part, args) for part in args.part or ["fuzz", "threads", "leaks", "graphs"]]
     for r in results:
         print(json.dumps(r, indent=1, ensure_ascii=False))
     crashes = sum(r["crashes"] for r in results)
     print(f"crashes: {crashes}; failed parts: {sum(bool(r.get('failed')) for r in results)}")
-    return 1 if crashes or any(r.get("failed") for r in results) else 0
+    wrong = sum(r.get("with differences", 0) for r in results)
+    print(f"graphs with differences from TF: {wrong}")
+    return 1 if crashes or wrong or any(r.get("failed") for r in results) else 0
 
 
 if __name__ == "__main__":

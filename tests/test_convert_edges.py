@@ -166,3 +166,89 @@ def test_unravel_index_out_of_range_raises():
         program(tf.constant([3, 60], tf.int32))
     with pytest.raises(tf.errors.InvalidArgumentError):
         fn(tf.constant([3, 60], tf.int32))
+
+
+# Through the paths, fused: what TVM's simplifier and the calling thread change ------------------
+
+def _paths(fn, spec):
+    import tftvm
+
+    traced = tf.function(fn)
+    return {"optimize": tftvm.optimize(traced, [spec], keep_faster=False, min_cluster_size=1),
+            "compile_model": tftvm.compile_model(traced, [spec], keep_faster=False)}  # fmt: skip
+
+
+SELF_OPERANDS = {
+    "x - x": lambda x: tf.tanh(x - x),
+    "x != x": lambda x: tf.cast(tf.not_equal(x * 2.0, x * 2.0), F32) + x,
+    "x == x": lambda x: tf.cast(tf.equal(x, x), F32) * 3.0,
+    "exp(x) - exp(x)": lambda x: tf.exp(x) - tf.exp(x),
+    "squared_difference(x, x)": lambda x: tf.math.squared_difference(x, x) + 1.0,
+}
+
+
+@pytest.mark.parametrize("name", sorted(SELF_OPERANDS))
+def test_an_operation_of_a_value_with_itself_keeps_its_nans(name):
+    """Fused into one kernel, TVM's simplifier folded x - x to 0 and x != x to false for
+    floats: NaNs and infinities vanished (tf.not_equal(x, x) is how code finds NaNs)."""
+    x = np.array([0.0, -0.0, np.inf, -np.inf, np.nan, 2.0, -3.0], np.float32)
+    want = SELF_OPERANDS[name](tf.constant(x)).numpy()
+    for path, fn in _paths(SELF_OPERANDS[name], tf.TensorSpec([None], F32)).items():
+        np.testing.assert_array_equal(np.asarray(fn(x)), want, err_msg=path)
+
+
+def test_compile_model_reads_denormals_as_zero_as_tf_does():
+    """TF's threads (where TvmCall kernels run) flush denormals; compile_model's VM is called
+    from Python's thread, which now flushes them too while it runs."""
+    x = np.array([1e-40, -1e-40, 1e-30, 0.0, -2.0], np.float32)
+    fn = lambda v: tf.sign(v) + tf.sqrt(tf.abs(v) * -1.0)  # noqa: E731  sqrt(-denormal): -0 read as zero
+    want = fn(tf.constant(x)).numpy()
+    for path, compiled in _paths(fn, tf.TensorSpec([None], F32)).items():
+        np.testing.assert_array_equal(np.asarray(compiled(x)), want, err_msg=path)
+
+
+def test_arg_max_along_an_axis_that_is_empty_raises_as_tf_does():
+    fn = lambda v: tf.argmax(v, 0)  # noqa: E731
+    x = np.ones((3, 5), np.float32)
+    for path, compiled in _paths(fn, tf.TensorSpec([None, 5], F32)).items():
+        np.testing.assert_array_equal(np.asarray(compiled(x)), fn(x).numpy())
+        with pytest.raises(tf.errors.InvalidArgumentError):
+            compiled(np.ones((0, 5), np.float32))
+    with pytest.raises(tf.errors.InvalidArgumentError):
+        fn(np.ones((0, 5), np.float32))
+
+
+@pytest.mark.parametrize("op_type, fn", [("Cumsum", lambda x: tf.math.cumsum(x, 2)),
+                                         ("Cumprod", lambda x: tf.math.cumprod(x, -3))], ids=["Cumsum", "Cumprod"])
+def test_an_axis_outside_the_rank_stays_in_tf_which_raises(op_type, fn):
+    """TF's shape function lets it through; its kernel raises when it runs."""
+    nodes, inputs, outputs, _ = tf_graph(fn, [tf.TensorSpec([None, 3], F32)])
+    with pytest.raises(Unsupported, match="axis"):
+        to_relax(nodes, inputs, outputs)
+
+
+EMPTY_REDUCTIONS = {
+    "Max": lambda a: tf.reduce_max(a, 0), "Min": lambda a: tf.reduce_min(a, 0), "Prod": lambda a: tf.reduce_prod(a, 0),
+    "Sum": lambda a: tf.reduce_sum(a, 0), "Mean": lambda a: tf.reduce_mean(a, 0, keepdims=True),
+    "All": lambda a: tf.reduce_all(a > 0, 0), "Any": lambda a: tf.reduce_any(a > 0, 0),
+    "EuclideanNorm": lambda a: tf.raw_ops.EuclideanNorm(input=a, axis=[0]),
+}  # fmt: skip
+
+
+@pytest.mark.parametrize("spec", [[None, 3], [0, 3], [0, None]], ids=["symbolic", "static", "static_by_symbolic"])
+@pytest.mark.parametrize("op_type", sorted(EMPTY_REDUCTIONS))
+def test_a_reduction_over_no_elements_gives_tfs_identity(op_type, spec):
+    """TVM's reductions start from their identity in their first step: over no elements they
+    gave whatever the output's memory held (-1082130432 for an int prod, 1e-45 for a max)."""
+    feeds = [[np.zeros((0, 3), np.float32)]]
+    if spec[0] is None:
+        feeds.append([np.full((2, 3), -2.0, np.float32)])
+    if spec[1] is None:
+        feeds.append([np.zeros((0, 4), np.float32)])
+    check_converter(EMPTY_REDUCTIONS[op_type], [tf.TensorSpec(spec, F32)], feeds, op_type)
+
+
+@pytest.mark.parametrize("op_type", ["Max", "Prod"])
+def test_an_int_reduction_over_no_elements_gives_tfs_identity(op_type):
+    feeds = [[np.zeros((0, 3), np.int32)], [np.full((2, 3), 3, np.int32)]]
+    check_converter(EMPTY_REDUCTIONS[op_type], [tf.TensorSpec([None, 3], tf.int32)], feeds, op_type)

@@ -172,7 +172,7 @@ class CompiledModel:
             start = time.perf_counter()
             try:
                 result = vm_threads.call(vm[entry], *args)
-            except IndexError as err:  # a kernel's index check (checked_indices): TF's error for it
+            except IndexError as err:  # a kernel's input check (a bad index, an empty axis): TF's error for it
                 import tensorflow as tf
 
                 raise tf.errors.InvalidArgumentError(None, None, str(err)) from None

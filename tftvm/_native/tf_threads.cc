@@ -15,6 +15,7 @@
 
 #include <tvm/ffi/function.h>
 
+#include "tsl/platform/denormal.h"
 #include "tsl/platform/env.h"
 #include "tsl/platform/mutex.h"
 
@@ -209,6 +210,9 @@ TVM_FFI_STATIC_INIT_BLOCK() {
         int threads = args[0].cast<int>();
         tvm::ffi::Function function = args[1].cast<tvm::ffi::Function>();
         ParallelScope scope(OwnPool(threads));
+        // Denormals flushed and read as zero in the calling thread too, as in TF's threads,
+        // where TvmCall kernels and the pool's helpers run: the VM is called from Python's.
+        tsl::port::ScopedFlushDenormal flush;
         function.CallPacked(args.Slice(2), result);
       });
 }

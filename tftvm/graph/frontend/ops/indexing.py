@@ -13,6 +13,13 @@ def _is_int(dtype: str) -> bool:
     return dtype.startswith(("int", "uint"))
 
 
+def _axis(node, axis: int, rank: int) -> int:
+    """`axis` counted from 0; one outside [-rank, rank) is refused (TF raises for it)."""
+    if not -rank <= axis < rank:
+        raise Unsupported(f"{node.op} along axis {axis} of a rank-{rank} input (TF raises)")
+    return axis % rank
+
+
 def _check_bad_indices_policy(ctx, node, allowed=("", "DEFAULT", "ERROR")):
     policy = ctx.attr(node, "bad_indices_policy", "")
     if policy not in allowed:
@@ -263,8 +270,7 @@ def _cumulative(ctx, node, x, axis):
     from tvm import topi
 
     scan = topi.cumsum if node.op == "Cumsum" else topi.cumprod
-
-    axis = int(ctx.constant(node, 1)) % len(x.ty.shape)
+    axis = _axis(node, int(ctx.constant(node, 1)), len(x.ty.shape))
     exclusive, reverse = bool(ctx.attr(node, "exclusive", False)), bool(ctx.attr(node, "reverse", False))
 
     def kernel(t):

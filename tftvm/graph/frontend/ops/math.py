@@ -107,11 +107,6 @@ for _tf, _rx in {"IsNan": "isnan", "IsInf": "isinf", "IsFinite": "isfinite"}.ite
     register_converter(_tf)(_unary(_rx))
 
 
-@register_converter("Atan2", broadcast=True)
-def _atan2(ctx, node, y, x):
-    return relax.op.atan2(y, x)
-
-
 for _tf, _rx in {"BitwiseAnd": "bitwise_and", "BitwiseOr": "bitwise_or", "BitwiseXor": "bitwise_xor"}.items():
     register_converter(_tf, broadcast=True)(_binary(_rx))
 register_converter("Invert")(_unary("bitwise_not"))
@@ -134,26 +129,56 @@ def _softsign(ctx, node, x):
     return op.divide(x, op.add(op.abs(x), relax.const(1, ctx.attr(node, "T"))))
 
 
+def _libm(name: str, dtype: str, *values):
+    """A call to libm's `name` (its float32 form, `name` + "f", for float32 and narrower
+    floats, whose values are widened first and the result narrowed, as TF's Eigen does)."""
+    from tvm import tirx
+
+    wide = "float64" if dtype == "float64" else "float32"
+    result = tirx.call_pure_extern(wide, name + ("f" if wide == "float32" else ""), *[tirx.Cast(wide, v) for v in values])
+    return tirx.Cast(dtype, result) if wide != dtype else result
+
+
 @register_converter("Log1p", "Expm1", "Atanh")
 def _near_zero(ctx, node, x):
     """libm's log1p and expm1, which keep their precision for an x near 0 where log(1 + x)
     rounds 1 + x first, and atanh as (log1p(x) - log1p(-x)) / 2 (TVM's atanh divides
     (1 + x) by (1 - x) first, off by 1e-4 of itself at 1e-4). Relax has none of these:
-    each is a kernel calling libm, in float32 for the narrower floats as TF's Eigen does."""
+    each is a kernel calling libm."""
     from tvm import te, tirx
-
-    def libm(name, value, dtype):
-        wide = "float64" if dtype == "float64" else "float32"
-        result = tirx.call_pure_extern(wide, name + ("f" if wide == "float32" else ""), tirx.Cast(wide, value))
-        return tirx.Cast(dtype, result) if wide != dtype else result
 
     def element(v, dtype):
         if node.op == "Atanh":
-            return (libm("log1p", v, dtype) - libm("log1p", -v, dtype)) * tirx.const(0.5, dtype)
-        return libm(node.op.lower(), v, dtype)
+            return (_libm("log1p", dtype, v) - _libm("log1p", dtype, -v)) * tirx.const(0.5, dtype)
+        return _libm(node.op.lower(), dtype, v)
 
     return ctx.bb.call_te(lambda t: te.compute(t.shape, lambda *i: element(t[i], t.dtype), name=node.op.lower()), x)
 
+
+@register_converter("Atan2", broadcast=True)
+def _atan2(ctx, node, y, x):
+    """libm's atan2, broadcast as TF does: TVM's atan2 divides y by x first, so a denormal
+    pair (read as zeros in TF's threads) gave NaN where TF gives the angle."""
+    from tvm import te
+
+    def kernel(a, b):
+        rank = max(len(a.shape), len(b.shape))
+        dims = [(None,) * (rank - len(t.shape)) + tuple(t.shape) for t in (a, b)]
+        out = [db if da is None or (_is_one(da) and db is not None) else da for da, db in zip(*dims)]
+
+        def at(t, padded, index):  # a dim of 1 that the output broadcasts reads index 0
+            return t[tuple(0 if _is_one(d) and not _is_one(o) else i
+                           for d, o, i in zip(padded, out, index) if d is not None)]  # fmt: skip
+
+        return te.compute(out, lambda *i: _libm("atan2", a.dtype, at(a, dims[0], i), at(b, dims[1], i)), name="atan2")
+
+    return ctx.bb.call_te(kernel, y, x)
+
+
+def _is_one(dim) -> bool:
+    from tvm import tirx
+
+    return isinstance(dim, (int, tirx.IntImm)) and int(dim) == 1
 
 
 def _floor_dims(op: str):
@@ -223,9 +248,53 @@ def _reduction(fn_name):
     def convert(ctx, node, x, axes):
         axis = [int(a) for a in np.atleast_1d(ctx.constant(node, 1))]
         keepdims = bool(ctx.attr(node, "keep_dims", False))
-        return getattr(relax.op, fn_name)(x, axis=axis, keepdims=keepdims)  # max, min: see lowering/nans.py
+        reduced = getattr(relax.op, fn_name)(x, axis=axis, keepdims=keepdims)  # max, min: see lowering/nans.py
+        return _over_no_elements(ctx, node, x, axis, reduced, _identity(fn_name, str(x.ty.dtype)))
 
     return convert
+
+
+def _identity(fn_name: str, dtype: str):
+    """What TF's reduction `fn_name` gives over no elements."""
+    is_float = dtype.startswith(("float", "bfloat"))
+    if fn_name == "mean":
+        if not is_float:
+            return None  # TF divides by a count of 0
+        return float("nan")
+    if fn_name in ("max", "min"):
+        sign = -1 if fn_name == "max" else 1
+        return sign * float("inf") if is_float else (np.iinfo(dtype).min if sign < 0 else np.iinfo(dtype).max)
+    return {"sum": 0, "prod": 1}[fn_name]
+
+
+def _over_no_elements(ctx, node, x, axis, reduced, identity):
+    """`reduced`, or `identity` where the reduced axes hold no elements. TVM's reductions
+    start from their identity in their first step, so over no elements they leave whatever
+    the output's memory held; TF gives the identity (the mean NaN, All true, Any false).
+    Static axes of elements cost nothing; a symbolic one, a select on its size."""
+    from tvm import tirx
+
+    rank = len(x.ty.shape)
+    count = tirx.const(1, "int64")
+    for a in axis if rank else []:
+        count = count * x.ty.shape[a % rank]
+    if isinstance(count, tirx.IntImm) and int(count) > 0:
+        return reduced
+    if identity is None:
+        raise Unsupported(f"{node.op} of {x.ty.dtype} over axes that may hold no elements")
+    if isinstance(count, tirx.IntImm):  # static 0: the reduction is not even compiled (TOPI's mean divides by 0)
+        kept = {a % rank for a in axis}
+        keepdims = bool(ctx.attr(node, "keep_dims", False))
+        shape = [1 if a in kept else d for a, d in enumerate(x.ty.shape) if keepdims or a not in kept]
+        dtype = "bool" if isinstance(identity, bool) else str(x.ty.dtype)
+        if all(isinstance(d, tirx.IntImm) for d in shape):
+            return relax.const(np.full([int(d) for d in shape], identity, dtype), dtype)
+        # zeros plus the identity: TVM fails to lower a `full` of an infinity or a NaN
+        return relax.op.add(relax.op.zeros(shape, dtype), relax.const(identity, dtype))
+    reduced = ctx.bb.emit(reduced)
+    fill = relax.const(identity, str(reduced.ty.dtype))
+    size = shape_tensor(ctx, ShapeValue([count], scalar=True), "int64")
+    return relax.op.where(relax.op.equal(size, relax.const(0, "int64")), fill, reduced)
 
 
 for _tf, _rx in {"Sum": "sum", "Mean": "mean", "Max": "max", "Min": "min"}.items():
@@ -234,19 +303,18 @@ for _tf, _rx in {"Sum": "sum", "Mean": "mean", "Max": "max", "Min": "min"}.items
 
 @register_converter("EuclideanNorm", constant_inputs=(1,), dtypes=("float16", "bfloat16", "float32", "float64"))
 def _euclidean_norm(ctx, node, x, axes):
-    return relax.op.sqrt(_reduction("sum")(ctx, node, relax.op.multiply(x, x), axes))
+    return relax.op.sqrt(_reduction("sum")(ctx, node, ctx.bb.emit(relax.op.multiply(x, x)), axes))
 
 
 @register_converter("All", "Any", constant_inputs=(1,))
 def _all_any(ctx, node, x, axes):
-    """The min (All) or max (Any) of the bools as 0/1 int8s, compared with 0: over no elements
-    the min is int8's largest and the max its smallest, so All is true and Any false there,
-    as TF has them."""
+    """The min (All) or max (Any) of the bools as 0/1 int8s, compared with 0; over no elements
+    All is true and Any false, as TF has them."""
     axis = [int(a) for a in np.atleast_1d(ctx.constant(node, 1))]
     keepdims = bool(ctx.attr(node, "keep_dims", False))
     reduce = relax.op.min if node.op == "All" else relax.op.max
     reduced = reduce(relax.op.astype(x, "int8"), axis=axis, keepdims=keepdims)
-    return relax.op.greater(reduced, relax.const(0, "int8"))
+    return _over_no_elements(ctx, node, x, axis, relax.op.greater(reduced, relax.const(0, "int8")), node.op == "All")
 
 
 @register_converter("Prod")
@@ -304,6 +372,43 @@ def _clip_by_value(ctx, node, x, low, high):
 
 @register_converter("ArgMax", "ArgMin", constant_inputs=(1,))
 def _arg_max(ctx, node, x, axis):
+    from tvm import tirx
+
+    axis = int(ctx.constant(node, 1))
+    if not -len(x.ty.shape) <= axis < len(x.ty.shape):
+        raise Unsupported(f"{node.op} along axis {axis} of a rank-{len(x.ty.shape)} input (TF raises)")
+    dim = x.ty.shape[axis]
+    if isinstance(dim, tirx.IntImm) and int(dim) == 0:
+        raise Unsupported(f"{node.op} along an empty axis (TF raises)")
+    if not isinstance(dim, tirx.IntImm):  # TF raises where it is 0 when the call runs
+        x = _checked_nonempty(ctx, node, x, axis % len(x.ty.shape))
     fn = relax.op.argmax if node.op == "ArgMax" else relax.op.argmin
-    out = fn(x, axis=int(ctx.constant(node, 1)))
+    out = fn(x, axis=axis)
     return relax.op.astype(out, ctx.attr(node, "output_type", "int64"))
+
+
+def _checked_nonempty(ctx, node, x, axis: int):
+    """`x` as it is (a copy), after an assertion that fails the call where its dim `axis` is 0
+    when the call runs: an IndexError (no index to give), which TvmCall and compile_model
+    raise as TF's InvalidArgumentError, as for a bad index. Only for a symbolic dim: the copy
+    costs a pass over `x`."""
+    import tvm
+    from tvm import te, tirx
+
+    def check(t):
+        def body(ins, outs):
+            message = f"{node.op} '{node.name}': axis {axis} of its input is empty"
+            nonempty = tirx.Cast("int64", ins[0].shape[axis]) > tirx.const(0, "int64")
+            loops = [tirx.Var(f"i{k}", "int64") for k in range(len(t.shape))]
+            stmt = tirx.BufferStore(outs[0], tirx.BufferLoad(ins[0], loops), loops)
+            for var, extent in reversed(list(zip(loops, t.shape))):
+                stmt = tirx.For(var, tirx.const(0, "int64"), tirx.Cast("int64", extent), tirx.ForKind.SERIAL, stmt)
+            # TVM 0.27's Python AssertStmt hands (kind, condition) on as (condition, kind).
+            return tirx.SeqStmt([tirx.AssertStmt(nonempty, tvm.ir.expr.StringImm("IndexError"),
+                                                 [tvm.ir.expr.StringImm(message)]), stmt])  # fmt: skip
+
+        return te.extern(t.shape, [t], body, dtype=str(t.dtype), name="checked_nonempty",
+                         in_buffers=[tirx.decl_buffer(t.shape, t.dtype, "in0")],
+                         out_buffers=[tirx.decl_buffer(t.shape, t.dtype, "checked")])  # fmt: skip
+
+    return ctx.bb.emit(ctx.bb.call_te(check, x, primfunc_attrs={"op_pattern": 8}))

@@ -202,7 +202,10 @@ def _split_v(ctx, node, x, sizes, axis):
 @register_converter("ReverseV2", constant_inputs=(1,))
 def _reverse(ctx, node, x, axis):
     rank = len(x.ty.shape)
-    for a in sorted({int(a) % rank for a in np.atleast_1d(ctx.constant(node, 1))}):
+    axes = [int(a) for a in np.atleast_1d(ctx.constant(node, 1))]
+    if any(not -rank <= a < rank for a in axes):
+        raise Unsupported(f"ReverseV2 along axes {axes} of a rank-{rank} input (TF raises)")
+    for a in sorted({a % rank for a in axes}):
         x = ctx.bb.emit(relax.op.flip(x, a))
     return x
 
