@@ -252,3 +252,14 @@ def test_a_reduction_over_no_elements_gives_tfs_identity(op_type, spec):
 def test_an_int_reduction_over_no_elements_gives_tfs_identity(op_type):
     feeds = [[np.zeros((0, 3), np.int32)], [np.full((2, 3), 3, np.int32)]]
     check_converter(EMPTY_REDUCTIONS[op_type], [tf.TensorSpec([None, 3], tf.int32)], feeds, op_type)
+
+
+@pytest.mark.parametrize("op_type", ["All", "Any"])
+def test_all_and_any_over_no_elements_through_the_paths(op_type):
+    """Fused, a select of bools between the identity and the reduction failed TVM's LLVM
+    codegen in compile_model (int8x64 against boolx64): the identity is chosen as an int8."""
+    fn = (lambda a: tf.reduce_all(a, 0)) if op_type == "All" else (lambda a: tf.reduce_any(a, 0))
+    for shape in ((0, 0), (3, 0)):
+        x = np.zeros(shape, bool)
+        for path, compiled in _paths(fn, tf.TensorSpec([None, 0], tf.bool)).items():
+            np.testing.assert_array_equal(np.asarray(compiled(x)), fn(x).numpy(), err_msg=path)

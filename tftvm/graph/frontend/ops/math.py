@@ -313,8 +313,11 @@ def _all_any(ctx, node, x, axes):
     axis = [int(a) for a in np.atleast_1d(ctx.constant(node, 1))]
     keepdims = bool(ctx.attr(node, "keep_dims", False))
     reduce = relax.op.min if node.op == "All" else relax.op.max
-    reduced = reduce(relax.op.astype(x, "int8"), axis=axis, keepdims=keepdims)
-    return _over_no_elements(ctx, node, x, axis, relax.op.greater(reduced, relax.const(0, "int8")), node.op == "All")
+    as_int8 = ctx.bb.emit(relax.op.astype(x, "int8"))
+    reduced = reduce(as_int8, axis=axis, keepdims=keepdims)
+    # The identity as an int8 (a select of bools fails to vectorize in TVM's LLVM codegen).
+    reduced = _over_no_elements(ctx, node, as_int8, axis, reduced, int(node.op == "All"))
+    return relax.op.greater(reduced, relax.const(0, "int8"))
 
 
 @register_converter("Prod")
