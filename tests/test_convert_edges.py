@@ -263,3 +263,29 @@ def test_all_and_any_over_no_elements_through_the_paths(op_type):
         x = np.zeros(shape, bool)
         for path, compiled in _paths(fn, tf.TensorSpec([None, 0], tf.bool)).items():
             np.testing.assert_array_equal(np.asarray(compiled(x)), fn(x).numpy(), err_msg=path)
+
+
+@pytest.mark.parametrize("spec, shape", [([None, 0, 0], (5, 0, 0)), ([None, 0], (1, 0)), ([1, 0], (1, 0))],
+                         ids=["symbolic_batch", "symbolic_one", "static"])  # fmt: skip
+def test_a_reshape_of_no_elements_keeps_no_elements(spec, shape):
+    """Relax's reshape reads a target dim of 0 as "the input's dim here": [-1] of a (5, 0, 0)
+    tensor came out (5,) of zeros."""
+    check_converter(lambda a: tf.reshape(a, [-1]), [tf.TensorSpec(spec, F32)], [[np.zeros(shape, np.float32)]],
+                    "Reshape")  # fmt: skip
+
+
+NOT_EQUAL = {
+    "to a constant": lambda x: tf.not_equal(x, 2.0),
+    "abs(x) != x": lambda x: tf.not_equal(tf.abs(x), x),
+    "abs(x) == x": lambda x: tf.equal(tf.abs(x), x),
+}
+
+
+@pytest.mark.parametrize("name", sorted(NOT_EQUAL))
+def test_float_comparisons_with_a_nan_as_tf(name):
+    """TVM emitted LLVM's ordered `fcmp one` for !=, false at a NaN (TF: true), and its
+    simplifier rewrote abs(x) != x as x < 0 once fused."""
+    x = np.array([np.nan, -1.0, 2.0, -np.inf, 0.0, -0.0], np.float32)
+    want = NOT_EQUAL[name](tf.constant(x)).numpy()
+    for path, fn in _paths(NOT_EQUAL[name], tf.TensorSpec([None], F32)).items():
+        np.testing.assert_array_equal(np.asarray(fn(x)), want, err_msg=path)

@@ -1,5 +1,5 @@
 """max, min, ReLU, clip, sign and the Max/Min reductions of floats legalized to pass NaNs on,
-as TF's kernels do.
+as TF's kernels do; != of floats, and == of two computed ones, decided by isnan for a NaN.
 
 TVM lowers max(a, b) to `a > b ? a : b`, so ReLU(NaN) came out 0, ReLU6(NaN) 6,
 maximum(0, NaN) 0, sign(NaN) 0 and a row's max skipped its NaN: a model whose input or weights held a NaN
@@ -44,11 +44,23 @@ def legalize_map() -> dict:
     def minimum(a, b):
         return _elementwise(topi.minimum(a, b).shape, [a, b], _smaller)
 
+    def not_equal(a, b):
+        return _elementwise(topi.not_equal(a, b).shape, [a, b], _unordered_or(lambda u, v: u != v, True))
+
+    def equal(a, b):
+        return _elementwise(topi.equal(a, b).shape, [a, b], _unordered_or(lambda u, v: u == v, False))
+
     computes = {"relax.nn.relu": relu, "relax.clip": clip, "relax.sign": sign, "relax.maximum": maximum,
                 "relax.minimum": minimum}
     reductions = {"relax.max": _reduction(larger=True), "relax.min": _reduction(larger=False)}
+    # != of floats: TVM emits LLVM's ordered `fcmp one`, false for a NaN (x != 2.0 was false
+    # at NaN; TF: true). == of two computed floats: fused, the simplifier rewrites it by
+    # integer rules (abs(x) == x became x >= 0, true for a NaN). A NaN operand now decides
+    # through isnan, which neither touches; == against a constant keeps IEEE's own answer.
     return {**{name: _floats_only(name, compute) for name, compute in computes.items()},
-            **{name: _floats_only(name, compute, reduction=True) for name, compute in reductions.items()}}
+            **{name: _floats_only(name, compute, reduction=True) for name, compute in reductions.items()},
+            "relax.not_equal": _floats_only("relax.not_equal", not_equal),
+            "relax.equal": _floats_only("relax.equal", equal, computed=True)}  # fmt: skip
 
 
 def _larger(u, v):
@@ -120,7 +132,20 @@ def _is_one(dim) -> bool:
     return isinstance(dim, tirx.IntImm) and int(dim) == 1
 
 
-def _floats_only(name: str, compute, reduction: bool = False):
+def _unordered_or(compare, if_nan: bool):
+    """compare(u, v), or `if_nan` where u or v is a NaN."""
+    from tvm import tirx
+
+    def element(u, v):
+        return tirx.Select(tirx.Or(tirx.isnan(u), tirx.isnan(v)), tirx.const(if_nan, "bool"), compare(u, v))
+
+    return element
+
+
+def _floats_only(name: str, compute, reduction: bool = False, computed: bool = False):
+    """`computed`: only where no operand is a constant."""
+    from tvm.ir.expr import Constant
+
     from .fast_math import first_dtype, legalization
 
     def arguments(call):
@@ -129,4 +154,8 @@ def _floats_only(name: str, compute, reduction: bool = False):
         axis = None if call.attrs.axis is None else [int(a) for a in call.attrs.axis]
         return [call.args[0], axis, bool(call.attrs.keepdims)]
 
-    return legalization(name, lambda call: "float" in first_dtype(call), compute, arguments)
+    def applies(call):
+        constant = computed and any(isinstance(a, Constant) for a in call.args)
+        return "float" in first_dtype(call) and not constant
+
+    return legalization(name, applies, compute, arguments)

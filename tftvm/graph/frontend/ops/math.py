@@ -157,28 +157,9 @@ def _near_zero(ctx, node, x):
 
 @register_converter("Atan2", broadcast=True)
 def _atan2(ctx, node, y, x):
-    """libm's atan2, broadcast as TF does: TVM's atan2 divides y by x first, so a denormal
-    pair (read as zeros in TF's threads) gave NaN where TF gives the angle."""
-    from tvm import te
-
-    def kernel(a, b):
-        rank = max(len(a.shape), len(b.shape))
-        dims = [(None,) * (rank - len(t.shape)) + tuple(t.shape) for t in (a, b)]
-        out = [db if da is None or (_is_one(da) and db is not None) else da for da, db in zip(*dims)]
-
-        def at(t, padded, index):  # a dim of 1 that the output broadcasts reads index 0
-            return t[tuple(0 if _is_one(d) and not _is_one(o) else i
-                           for d, o, i in zip(padded, out, index) if d is not None)]  # fmt: skip
-
-        return te.compute(out, lambda *i: _libm("atan2", a.dtype, at(a, dims[0], i), at(b, dims[1], i)), name="atan2")
-
-    return ctx.bb.call_te(kernel, y, x)
-
-
-def _is_one(dim) -> bool:
-    from tvm import tirx
-
-    return isinstance(dim, (int, tirx.IntImm)) and int(dim) == 1
+    # A pair of denormals (zeros in TF's threads) gives NaN here, as libm's atan2f does with
+    # denormals-are-zero; TF's Eigen atan2 gives pi/4 there (and for atan2(1e-40, 0) too).
+    return relax.op.atan2(y, x)
 
 
 def _floor_dims(op: str):

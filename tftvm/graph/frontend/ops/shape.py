@@ -39,7 +39,16 @@ def _reshape(ctx, node, x, shape):
     if any(isinstance(d, int) and d == -1 for d in dims):
         known = product(d for d in dims if not (isinstance(d, int) and d == -1))
         dims = [product(x.ty.shape) // known if isinstance(d, int) and d == -1 else d for d in dims]
-    return relax.op.reshape(x, [simplify(d) for d in dims])
+    dims = [simplify(d) for d in dims]
+    if any(_is_zero(d) for d in dims):  # Relax's reshape reads a 0 as "the input's dim here"
+        return relax.op.zeros(dims, str(x.ty.dtype))  # no elements: nothing to move
+    return relax.op.reshape(x, dims)
+
+
+def _is_zero(dim) -> bool:
+    from tvm import tirx
+
+    return isinstance(dim, (int, tirx.IntImm)) and int(dim) == 0
 
 
 @register_converter("Shape")
