@@ -61,6 +61,13 @@ def static_dims(x, what: str, axes=None) -> list:
     return [int(d.value) if isinstance(d, tirx.IntImm) else None for d in shape]
 
 
+def checked_axis(node, axis: int, rank: int) -> int:
+    """`axis` counted from 0; one outside [-rank, rank) is Unsupported (TF raises for it)."""
+    if not -rank <= axis < rank:
+        raise Unsupported(f"{node.op} along axis {axis} of a rank-{rank} input (TF raises)")
+    return axis % rank
+
+
 def nhwc_only(ctx, node) -> None:
     """Unsupported unless the node's data_format is NHWC (TF's default, and what the
     converters' layouts assume)."""

@@ -21,7 +21,7 @@ def fuse(mod, merged: str | None = None):
     """Legalize and fuse a Relax module with TVM's CPU legalization passes (relax.backend.
     cpu_generic), its LegalizeOps given tftvm's own legalizations where TVM's are wrong or slow
     on CPU: NaNs passed on as TF does, conv and matmul weights packed, vector transcendentals.
-    Float x - x, x == x and x != x are first written out (self_operands), a zero pad before a conv folded into the conv (fold_pads), and the stride of a
+    Float x - x is first written out (self_operands), a zero pad before a conv folded into the conv (fold_pads), and the stride of a
     strided 1x1 conv moved up into the ops before it (fold_strides), and a view that only
     views read repeated per reader (shared_views). The function named
     `merged` becomes a few large kernels (see `_group_whole`)."""

@@ -1,20 +1,18 @@
-"""x - x, x == x and x != x of floats as IEEE gives them, whatever kernel they fuse into.
+"""x - x of floats as IEEE gives it, whatever kernel it fuses into.
 
 Fused into one kernel, both operands become the same expression, and TVM's simplifier folds
-them with the rules it has for ints: x - x to 0, x == x to true, x != x to false. A NaN (or
-an infinity, for x - x) then no longer shows: `tf.not_equal(x, x)` is how code finds NaNs,
-and exp(x) - exp(x) of an infinite x is NaN in TF. Identical bindings are merged first
-(Relax's common subexpression elimination: TF's graph keeps `exp(x)` twice), then each
-such call is written out: x - x as where(isfinite(x), 0, NaN), x != x as isnan(x), x == x
-as not isnan(x). isnan and isfinite are intrinsics the simplifier does not see through.
+x - x to 0 by the rule it has for ints: a NaN or an infinity (exp(x) - exp(x) of an infinite
+x is NaN in TF) no longer shows. Identical bindings are merged first (Relax's common
+subexpression elimination: TF's graph keeps `exp(x)` twice), then each such subtraction is
+written out as where(isfinite(x), 0, NaN); isfinite is an intrinsic the simplifier does not
+see through. (x == x and x != x, folded the same way, are decided by isnan where nans.py
+legalizes float comparisons.)
 """
 from __future__ import annotations
 
-OPS = frozenset({"relax.subtract", "relax.equal", "relax.not_equal"})
-
 
 def rewrite(mod):
-    """`mod` with identical bindings merged and each float x - x, x == x, x != x written out."""
+    """`mod` with identical bindings merged and each float x - x written out."""
     import tvm
     from tvm import relax
 
@@ -28,10 +26,10 @@ def rewrite(mod):
     return tvm.transform.Sequential([relax.transform.DeadCodeElimination(), relax.transform.Normalize()])(mod)
 
 
-def _is_self_call(call) -> bool:
+def _is_self_difference(call) -> bool:
     from tvm import relax
 
-    return (isinstance(call, relax.Call) and getattr(call.op, "name", "") in OPS and len(call.args) == 2
+    return (isinstance(call, relax.Call) and getattr(call.op, "name", "") == "relax.subtract"
             and call.args[0].same_as(call.args[1])
             and str(call.args[0].ty.dtype).startswith(("float", "bfloat")))  # fmt: skip
 
@@ -40,7 +38,7 @@ def _calls(func) -> bool:
     from tvm import relax
 
     found = []
-    relax.analysis.post_order_visit(func, lambda e: found.append(e) if _is_self_call(e) else None)
+    relax.analysis.post_order_visit(func, lambda e: found.append(e) if _is_self_difference(e) else None)
     return bool(found)
 
 
@@ -52,14 +50,9 @@ def _writer():
     class Writer(relax.PyExprMutator):
         def visit_call_(self, call):
             call = super().visit_call_(call)
-            if not _is_self_call(call):
+            if not _is_self_difference(call):
                 return call
-            x, op = call.args[0], relax.op
-            if call.op.name == "relax.not_equal":
-                return op.isnan(x)
-            if call.op.name == "relax.equal":
-                return op.logical_not(op.isnan(x))
-            dtype = str(x.ty.dtype)
+            x, op, dtype = call.args[0], relax.op, str(call.args[0].ty.dtype)
             return op.where(op.isfinite(x), relax.const(0, dtype), relax.const(float("nan"), dtype))
 
     return Writer

@@ -5,19 +5,12 @@ import numpy as np
 
 from tvm import relax
 
-from ..helpers import dims_equal, shape_operand, simplify, static_dims
+from ..helpers import checked_axis, dims_equal, shape_operand, simplify, static_dims
 from ..registry import ShapeValue, Unsupported, register_converter
 
 
 def _is_int(dtype: str) -> bool:
     return dtype.startswith(("int", "uint"))
-
-
-def _axis(node, axis: int, rank: int) -> int:
-    """`axis` counted from 0; one outside [-rank, rank) is refused (TF raises for it)."""
-    if not -rank <= axis < rank:
-        raise Unsupported(f"{node.op} along axis {axis} of a rank-{rank} input (TF raises)")
-    return axis % rank
 
 
 def _check_bad_indices_policy(ctx, node, allowed=("", "DEFAULT", "ERROR")):
@@ -39,8 +32,7 @@ def checked_indices(ctx, node, indices, dims, bounded_by=None, axes=None, indice
     that tensor as an input of its own: a prim func's symbolic dims must come from its buffers
     (call_te names them afresh). With `negatives_pass`, only the upper bound is checked
     (UnsortedSegment* drops negative ids)."""
-    import tvm
-    from tvm import te, tirx
+    from tvm import tirx
 
     axes = list(axes or range(len(dims)))
     static = [int(d) if isinstance(d, (int, tirx.IntImm)) else None for d in dims]
@@ -61,24 +53,67 @@ def checked_indices(ctx, node, indices, dims, bounded_by=None, axes=None, indice
                 where = f"coordinate {c} of " if per_coordinate else ""
                 low = "" if negatives_pass else "0, "
                 message = f"{node.op} '{node.name}': {where}an index in '{indices_name}' is not in [{low}{text})"
-                # TVM 0.27's Python AssertStmt names its first two arguments (kind, condition) but
-                # hands them on in the C++ constructor's order, (condition, kind).
-                stmts.append(tirx.AssertStmt(inside, tvm.ir.expr.StringImm("IndexError"),
-                                             [tvm.ir.expr.StringImm(message)]))  # fmt: skip
+                stmts.append(_index_error_unless(inside, message))
                 stmts.append(tirx.BufferStore(outs[0], tirx.BufferLoad(ins[0], at), at))
-            stmt = tirx.SeqStmt(stmts)
-            for var, extent in reversed(list(zip(loops, idx.shape))):
-                stmt = tirx.For(var, tirx.const(0, "int64"), tirx.Cast("int64", extent), tirx.ForKind.SERIAL, stmt)
-            return stmt
+            return _loop_nest(loops, idx.shape, tirx.SeqStmt(stmts))
 
-        # Buffers of their own: te.extern's default ones have a free element offset, which
-        # tftvm's kernels refuse.
-        buffers = [tirx.decl_buffer(t.shape, t.dtype, f"in{i}") for i, t in enumerate([idx, *shaped])]
-        return te.extern(idx.shape, [idx, *shaped], body, dtype=str(idx.dtype), name="checked_indices",
-                         in_buffers=buffers, out_buffers=[tirx.decl_buffer(idx.shape, idx.dtype, "checked")])  # fmt: skip
+        return _checking_copy(idx, shaped, body, "checked_indices")
 
+    return _emit_opaque(ctx, check, indices, *shaped_inputs)
+
+
+def checked_nonempty(ctx, node, x, axis: int):
+    """`x` as it is (a copy), after an assertion that fails the call where its dim `axis` is 0
+    when the call runs: an IndexError (no index to give), raised as TF's InvalidArgumentError
+    as for a bad index. For a symbolic dim only: the copy costs a pass over `x`."""
+    from tvm import tirx
+
+    def check(t):
+        def body(ins, outs):
+            nonempty = tirx.Cast("int64", ins[0].shape[axis]) > tirx.const(0, "int64")
+            loops = [tirx.Var(f"i{k}", "int64") for k in range(len(t.shape))]
+            copy = _loop_nest(loops, t.shape, tirx.BufferStore(outs[0], tirx.BufferLoad(ins[0], loops), loops))
+            message = f"{node.op} '{node.name}': axis {axis} of its input is empty"
+            return tirx.SeqStmt([_index_error_unless(nonempty, message), copy])
+
+        return _checking_copy(t, [], body, "checked_nonempty")
+
+    return _emit_opaque(ctx, check, x)
+
+
+def _index_error_unless(condition, message: str):
+    """A TIR assertion failing the call with an IndexError and `message` unless `condition`.
+    (TVM 0.27's Python AssertStmt names its first two arguments (kind, condition) but hands
+    them on in the C++ constructor's order, (condition, kind).)"""
+    import tvm
+    from tvm import tirx
+
+    return tirx.AssertStmt(condition, tvm.ir.expr.StringImm("IndexError"), [tvm.ir.expr.StringImm(message)])
+
+
+def _loop_nest(loops, extents, stmt):
+    """`stmt` inside serial loops of `loops` (int64 vars) over `extents`, outermost first."""
+    from tvm import tirx
+
+    for var, extent in reversed(list(zip(loops, extents))):
+        stmt = tirx.For(var, tirx.const(0, "int64"), tirx.Cast("int64", extent), tirx.ForKind.SERIAL, stmt)
+    return stmt
+
+
+def _checking_copy(source, shaped, body, name: str):
+    """A te.extern copying `source` (and reading `shaped` for their dims) by `body`, on
+    buffers of its own: te.extern's default ones have a free element offset, which tftvm's
+    kernels refuse."""
+    from tvm import te, tirx
+
+    buffers = [tirx.decl_buffer(t.shape, t.dtype, f"in{i}") for i, t in enumerate([source, *shaped])]
+    return te.extern(source.shape, [source, *shaped], body, dtype=str(source.dtype), name=name,
+                     in_buffers=buffers, out_buffers=[tirx.decl_buffer(source.shape, source.dtype, "checked")])  # fmt: skip
+
+
+def _emit_opaque(ctx, compute, *args):
     # Opaque (TVM's OpPatternKind 8): a kernel of its own, which FuseOps leaves unfused.
-    return ctx.bb.emit(ctx.bb.call_te(check, indices, *shaped_inputs, primfunc_attrs={"op_pattern": 8}))
+    return ctx.bb.emit(ctx.bb.call_te(compute, *args, primfunc_attrs={"op_pattern": 8}))
 
 
 @register_converter("GatherNd")
@@ -270,7 +305,7 @@ def _cumulative(ctx, node, x, axis):
     from tvm import topi
 
     scan = topi.cumsum if node.op == "Cumsum" else topi.cumprod
-    axis = _axis(node, int(ctx.constant(node, 1)), len(x.ty.shape))
+    axis = checked_axis(node, int(ctx.constant(node, 1)), len(x.ty.shape))
     exclusive, reverse = bool(ctx.attr(node, "exclusive", False)), bool(ctx.attr(node, "reverse", False))
 
     def kernel(t):

@@ -7,8 +7,9 @@ import operator
 import numpy as np
 from tvm import relax
 
-from ..helpers import product
+from ..helpers import checked_axis, product
 from ..registry import ShapeValue, Unsupported, register_converter, same_dims, shape_arithmetic, shape_tensor
+from .indexing import checked_nonempty
 
 
 def _binary(fn_name):
@@ -129,13 +130,13 @@ def _softsign(ctx, node, x):
     return op.divide(x, op.add(op.abs(x), relax.const(1, ctx.attr(node, "T"))))
 
 
-def _libm(name: str, dtype: str, *values):
+def _libm(name: str, dtype: str, value):
     """A call to libm's `name` (its float32 form, `name` + "f", for float32 and narrower
-    floats, whose values are widened first and the result narrowed, as TF's Eigen does)."""
+    floats, whose value is widened first and the result narrowed, as TF's Eigen does)."""
     from tvm import tirx
 
     wide = "float64" if dtype == "float64" else "float32"
-    result = tirx.call_pure_extern(wide, name + ("f" if wide == "float32" else ""), *[tirx.Cast(wide, v) for v in values])
+    result = tirx.call_pure_extern(wide, name + ("f" if wide == "float32" else ""), tirx.Cast(wide, value))
     return tirx.Cast(dtype, result) if wide != dtype else result
 
 
@@ -267,7 +268,7 @@ def _over_no_elements(ctx, node, x, axis, reduced, identity):
         kept = {a % rank for a in axis}
         keepdims = bool(ctx.attr(node, "keep_dims", False))
         shape = [1 if a in kept else d for a, d in enumerate(x.ty.shape) if keepdims or a not in kept]
-        dtype = "bool" if isinstance(identity, bool) else str(x.ty.dtype)
+        dtype = str(x.ty.dtype)
         if all(isinstance(d, tirx.IntImm) for d in shape):
             return relax.const(np.full([int(d) for d in shape], identity, dtype), dtype)
         # zeros plus the identity: TVM fails to lower a `full` of an infinity or a NaN
@@ -358,41 +359,13 @@ def _clip_by_value(ctx, node, x, low, high):
 def _arg_max(ctx, node, x, axis):
     from tvm import tirx
 
-    axis = int(ctx.constant(node, 1))
-    if not -len(x.ty.shape) <= axis < len(x.ty.shape):
-        raise Unsupported(f"{node.op} along axis {axis} of a rank-{len(x.ty.shape)} input (TF raises)")
+    axis = checked_axis(node, int(ctx.constant(node, 1)), len(x.ty.shape))
     dim = x.ty.shape[axis]
     if isinstance(dim, tirx.IntImm) and int(dim) == 0:
         raise Unsupported(f"{node.op} along an empty axis (TF raises)")
     if not isinstance(dim, tirx.IntImm):  # TF raises where it is 0 when the call runs
-        x = _checked_nonempty(ctx, node, x, axis % len(x.ty.shape))
+        x = checked_nonempty(ctx, node, x, axis)
     fn = relax.op.argmax if node.op == "ArgMax" else relax.op.argmin
     out = fn(x, axis=axis)
     return relax.op.astype(out, ctx.attr(node, "output_type", "int64"))
 
-
-def _checked_nonempty(ctx, node, x, axis: int):
-    """`x` as it is (a copy), after an assertion that fails the call where its dim `axis` is 0
-    when the call runs: an IndexError (no index to give), which TvmCall and compile_model
-    raise as TF's InvalidArgumentError, as for a bad index. Only for a symbolic dim: the copy
-    costs a pass over `x`."""
-    import tvm
-    from tvm import te, tirx
-
-    def check(t):
-        def body(ins, outs):
-            message = f"{node.op} '{node.name}': axis {axis} of its input is empty"
-            nonempty = tirx.Cast("int64", ins[0].shape[axis]) > tirx.const(0, "int64")
-            loops = [tirx.Var(f"i{k}", "int64") for k in range(len(t.shape))]
-            stmt = tirx.BufferStore(outs[0], tirx.BufferLoad(ins[0], loops), loops)
-            for var, extent in reversed(list(zip(loops, t.shape))):
-                stmt = tirx.For(var, tirx.const(0, "int64"), tirx.Cast("int64", extent), tirx.ForKind.SERIAL, stmt)
-            # TVM 0.27's Python AssertStmt hands (kind, condition) on as (condition, kind).
-            return tirx.SeqStmt([tirx.AssertStmt(nonempty, tvm.ir.expr.StringImm("IndexError"),
-                                                 [tvm.ir.expr.StringImm(message)]), stmt])  # fmt: skip
-
-        return te.extern(t.shape, [t], body, dtype=str(t.dtype), name="checked_nonempty",
-                         in_buffers=[tirx.decl_buffer(t.shape, t.dtype, "in0")],
-                         out_buffers=[tirx.decl_buffer(t.shape, t.dtype, "checked")])  # fmt: skip
-
-    return ctx.bb.emit(ctx.bb.call_te(check, x, primfunc_attrs={"op_pattern": 8}))

@@ -9,7 +9,7 @@ from __future__ import annotations
 import numpy as np
 from tvm import relax
 
-from ..helpers import product, shape_operand, simplify, static_dims
+from ..helpers import checked_axis, product, shape_operand, simplify, static_dims
 from ..registry import ShapeValue, Unsupported, register_converter, same_dims
 
 
@@ -211,10 +211,7 @@ def _split_v(ctx, node, x, sizes, axis):
 @register_converter("ReverseV2", constant_inputs=(1,))
 def _reverse(ctx, node, x, axis):
     rank = len(x.ty.shape)
-    axes = [int(a) for a in np.atleast_1d(ctx.constant(node, 1))]
-    if any(not -rank <= a < rank for a in axes):
-        raise Unsupported(f"ReverseV2 along axes {axes} of a rank-{rank} input (TF raises)")
-    for a in sorted({a % rank for a in axes}):
+    for a in sorted({checked_axis(node, int(a), rank) for a in np.atleast_1d(ctx.constant(node, 1))}):
         x = ctx.bb.emit(relax.op.flip(x, a))
     return x
 
@@ -229,9 +226,8 @@ def _roll(ctx, node, x, shift, axis):
     shifts, axes = np.broadcast_arrays(np.asarray(ctx.constant(node, 1)), np.asarray(ctx.constant(node, 2)))
     total = {}
     for s, a in zip(shifts.reshape(-1), axes.reshape(-1)):
-        if not -rank <= int(a) < rank:
-            raise Unsupported(f"Roll axis {int(a)} of a rank-{rank} input (TF raises)")
-        total[int(a) % rank] = total.get(int(a) % rank, 0) + int(s)
+        a = checked_axis(node, int(a), rank)
+        total[a] = total.get(a, 0) + int(s)
 
     def kernel(t):
         def at(*i):
