@@ -125,12 +125,21 @@ def crop_and_resize(image, boxes, box_index):
 CROP_SPECS = [tf.TensorSpec([None, 6, 7, 2], F32), tf.TensorSpec([None, 4], F32), tf.TensorSpec([None], tf.int32)]
 
 
-def test_crop_and_resize_bilinear(rng):
-    """Boxes inside, flipped, and reaching outside the image (extrapolated there)."""
-    boxes = np.array([[0.1, 0.2, 0.8, 0.9], [0.5, 0.5, 0.2, 0.1], [-0.3, -0.2, 1.4, 1.1], [0, 0, 0.5, 0.5]], np.float32)
-    feeds = [[rng.standard_normal((2, 6, 7, 2)).astype(np.float32), boxes, np.array([0, 1, 1, 0], np.int32)],
-             [rng.standard_normal((1, 6, 7, 2)).astype(np.float32), boxes[:2], np.array([0, 0], np.int32)]]  # fmt: skip
-    check_converter(crop_and_resize, CROP_SPECS, feeds, "CropAndResize", rtol=1e-5, atol=1e-5)
+@pytest.mark.parametrize("method", ["bilinear", "nearest"])
+@pytest.mark.parametrize("crop", [[3, 4], [1, 5], [1, 1]], ids=["3x4", "1x5", "1x1"])
+@pytest.mark.parametrize("dtype", [F32, tf.uint8], ids=["float32", "uint8"])
+def test_crop_and_resize(method, crop, dtype, rng):
+    """Boxes inside, flipped, reaching outside the image (extrapolated there) and on pixel
+    halves (the nearest pixel by roundf); a crop of 1 samples the box's centre."""
+    def fn(image, boxes, box_index):
+        return tf.image.crop_and_resize(image, boxes, box_index, crop, method, extrapolation_value=0.5)
+
+    boxes = np.array([[0.1, 0.2, 0.8, 0.9], [0.5, 0.5, 0.2, 0.1], [-0.3, -0.2, 1.4, 1.1], [0, 0, 0.5, 0.5],
+                      [0.1, 0.25, 0.9, 0.75]], np.float32)  # fmt: skip
+    specs = [tf.TensorSpec([None, 6, 7, 2], dtype), *CROP_SPECS[1:]]
+    image = (rng.standard_normal((2, 6, 7, 2)) * 50 + 100).astype(dtype.as_numpy_dtype)
+    feeds = [[image, boxes, np.array([0, 1, 1, 0, 1], np.int32)], [image[:1], boxes[:2], np.array([0, 0], np.int32)]]
+    check_converter(fn, specs, feeds, "CropAndResize", rtol=1e-5, atol=1e-4)
 
 
 @pytest.mark.parametrize("bad", [2, -1])
@@ -168,6 +177,21 @@ def test_unravel_index_out_of_range_raises():
         fn(tf.constant([3, 60], tf.int32))
 
 
+def test_unravel_index_of_no_indices_raises_as_tf_does():
+    fn = lambda i: tf.unravel_index(i, [3, 4, 5])  # noqa: E731
+    empty = tf.constant([], tf.int32)
+    with pytest.raises(tf.errors.InvalidArgumentError):
+        fn(empty)
+    nodes, inputs, outputs, _ = tf_graph(fn, [tf.TensorSpec([None], tf.int32)])
+    program = RelaxProgram(to_relax(nodes, inputs, outputs), name="unravel_no_indices")
+    with pytest.raises(tf.errors.InvalidArgumentError, match="is empty"):
+        program(empty)
+    np.testing.assert_array_equal(program(tf.constant([59], tf.int32)), fn(tf.constant([59], tf.int32)))
+    nodes, inputs, outputs, _ = tf_graph(fn, [tf.TensorSpec([0], tf.int32)])
+    with pytest.raises(Unsupported, match="empty vector"):
+        to_relax(nodes, inputs, outputs)
+
+
 # Through the paths, fused: what TVM's simplifier and the calling thread change ------------------
 
 def _paths(fn, spec):
@@ -195,6 +219,29 @@ def test_an_operation_of_a_value_with_itself_keeps_its_nans(name):
     want = SELF_OPERANDS[name](tf.constant(x)).numpy()
     for path, fn in _paths(SELF_OPERANDS[name], tf.TensorSpec([None], F32)).items():
         np.testing.assert_array_equal(np.asarray(fn(x)), want, err_msg=path)
+
+
+ZERO_CONSTANTS = {
+    "x * 0": lambda x: x * tf.constant(0.0),
+    "0 * exp(x)": lambda x: tf.constant(0.0) * tf.exp(x),
+    "0 / x": lambda x: tf.constant(0.0) / x,
+    "x / 0": lambda x: x / tf.constant(0.0),
+    "x + 0": lambda x: x + tf.constant(0.0),
+    "floormod(x, 0)": lambda x: tf.math.floormod(x, tf.constant(0.0)),
+    "scalar x * 0": lambda x: tf.reduce_sum(x) * tf.constant(0.0),
+}
+
+
+@pytest.mark.parametrize("name", sorted(ZERO_CONSTANTS))
+def test_arithmetic_with_a_constant_zero_as_ieee_gives_it(name):
+    """A scalar zero became an immediate, and TVM's simplifier folded x * 0 and 0 / x to 0,
+    x + 0 to x (TF: +0 at x = -0), and refused x / 0 with 'Divide by zero'."""
+    x = np.array([0.0, -0.0, np.inf, -np.inf, np.nan, 2.0, -3.0], np.float32)
+    want = ZERO_CONSTANTS[name](tf.constant(x)).numpy()
+    for path, fn in _paths(ZERO_CONSTANTS[name], tf.TensorSpec([None], F32)).items():
+        got = np.asarray(fn(x))
+        np.testing.assert_array_equal(got, want, err_msg=path)
+        np.testing.assert_array_equal(np.signbit(got), np.signbit(want), err_msg=f"{path}: the sign of a zero")
 
 
 def test_compile_model_reads_denormals_as_zero_as_tf_does():
@@ -272,6 +319,17 @@ def test_a_reshape_of_no_elements_keeps_no_elements(spec, shape):
     tensor came out (5,) of zeros."""
     check_converter(lambda a: tf.reshape(a, [-1]), [tf.TensorSpec(spec, F32)], [[np.zeros(shape, np.float32)]],
                     "Reshape")  # fmt: skip
+
+
+def test_compile_model_of_a_static_result_with_no_elements():
+    """The reshape's zeros fold to a constant with no elements, which TVM 0.27's VM executable
+    saved but could not load back ('Invalid DLTensor file format')."""
+    fn = lambda a: (tf.reshape(a, [3, 0]), a + 1.0)  # noqa: E731
+    x = np.zeros((0, 3), np.float32)
+    for path, compiled in _paths(fn, tf.TensorSpec([0, 3], F32)).items():
+        for got, want in zip(compiled(x), fn(tf.constant(x))):
+            np.testing.assert_array_equal(np.asarray(got), want.numpy(), err_msg=path)
+            assert np.asarray(got).shape == tuple(want.shape), path
 
 
 NOT_EQUAL = {

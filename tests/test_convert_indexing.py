@@ -387,3 +387,39 @@ def test_out_of_range_index_raises_in_every_path(rng):
                 path(bad)
     model_rewrites = [r for r in enable_pass.rewrites() if "GatherV2" in r.report]
     assert model_rewrites and all(r.offloaded == r.compute_nodes for r in model_rewrites), tftvm.enabled_report()
+
+
+# Where: an output as long as the data says -----------------------------------------------------
+
+WHERE = {
+    "of a comparison": (lambda x: tf.where(x > 0.5), [None, 3]),
+    "of floats (NaN is true)": (lambda x: tf.where(x * 2.0), [None, 3]),
+    "gathered": (lambda x: tf.gather_nd(x, tf.where(x > 0.5)) * 2.0, [None, 3]),
+    "counted": (lambda x: tf.shape(tf.where(x > 0.5))[0] + 1, [None, 3]),
+    "of rank 3": (lambda x: tf.where(tf.reshape(x, [-1, 1, 3]) > 0.2), [None, 3]),
+}
+
+
+@pytest.mark.parametrize("name", sorted(WHERE))
+def test_where_runs_in_compile_models_vm(name, rng):
+    """The VM allocates an output whose length the data decides: Where (Relax's nonzero,
+    transposed) converts there, row-major and int64 as TF gives it."""
+    fn, shape = WHERE[name]
+    model = tftvm.compile_model(tf.function(fn), [spec(shape)], keep_faster=False)
+    assert "in TF: 0" in model.report().splitlines()[0], model.report()
+    feeds = [normal(rng, 4, 3), np.array([[np.nan, 0, 1], [0, -0.0, 0]], np.float32), np.zeros((0, 3), np.float32),
+             np.zeros((2, 3), np.float32)]  # fmt: skip
+    for x in feeds:
+        got, want = np.asarray(model(x)), fn(tf.constant(x)).numpy()
+        assert got.dtype == want.dtype and got.shape == want.shape, (got.dtype, got.shape, want.dtype, want.shape)
+        np.testing.assert_array_equal(got, want)
+
+
+def test_where_stays_in_tf_in_a_cluster():
+    """A tftvm op's output shapes follow from its input shapes: optimize leaves Where to TF,
+    and says why."""
+    fn = tf.function(lambda x: tf.gather_nd(x * 3.0, tf.where(x > 0.5)) + 1.0)
+    optimized = tftvm.optimize(fn, [spec([None, 3])], keep_faster=False, min_cluster_size=1)
+    assert "Where x1: Where: its output's shape depends on the data" in optimized.report(), optimized.report()
+    x = np.array([[0.7, 0.1, 0.9], [0.2, 0.6, 0.0]], np.float32)
+    np.testing.assert_array_equal(np.asarray(optimized(x)), fn(tf.constant(x)).numpy())

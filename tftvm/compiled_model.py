@@ -521,12 +521,13 @@ def _fused_and_scheduled(mod, target, database=None) -> tuple:
     import tvm
     from tvm import tirx
 
+    from .graph.lowering import empty_constants
     from .graph.lowering.program import fuse
     from .records import tuned_schedules
     from .schedule import default_cpu_schedule
     from .signature import symbolic_reason
 
-    mod = fuse(mod)
+    mod = empty_constants.allocate(fuse(mod))
     kernels = {gv: f for gv, f in mod.functions.items() if isinstance(f, tirx.PrimFunc)}
     static = {gv: f for gv, f in kernels.items() if symbolic_reason(f) is None}
     tuned = {gv: sch.mod["main"].with_attr("global_symbol", gv.name_hint)

@@ -201,6 +201,16 @@ def load():
 TF_THREADS_ENV = "TFTVM_TF_THREADS"
 
 
+def functionalize_control_flow(graph_def: bytes) -> bytes:
+    """A serialized GraphDef (with its library) with its TF1 control flow made While and If
+    nodes by TF's own pass (tf2xla's FunctionalizeControlFlow, linked into the library);
+    raises with TF's reason where the pass fails."""
+    import tvm_ffi
+
+    load()
+    return bytes(tvm_ffi.get_global_func("tftvm.functionalize_control_flow")(graph_def))
+
+
 def use_tf_threads(enabled: bool = True) -> None:
     """Whether the parallel loops of TVM kernels run by tftvm ops go to TF's intra-op thread
     pool (True, the default; $TFTVM_TF_THREADS=0 starts a process with False) or to TVM's own

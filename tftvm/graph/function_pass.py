@@ -17,6 +17,7 @@ from .frontend.support import NOT_COMPUTE
 from .offload import control_flow, report, safety_net
 from .offload.pipeline import offload
 from .tfgraph.freeze import FrozenGraph, fold_constants, imported, with_handle_data
+from .tfgraph.functionalize import as_tf2
 from .tfgraph.inline import inline_calls
 from .tfgraph.names import tensor_name
 
@@ -69,7 +70,8 @@ def _rewrite(graph_def_bytes, function_def, options):
     start = time.perf_counter()
     # Keras calls its step function from another (train_function -> one_step_on_data): TF
     # inlines such calls only after this pass, so the pass inlines them itself.
-    graph_def = inline_calls(tf.compat.v1.GraphDef.FromString(graph_def_bytes))
+    # TF1 loops and TensorArrays (a wrapped TF1 graph) take TF2's forms, as in freeze.
+    graph_def = as_tf2(inline_calls(tf.compat.v1.GraphDef.FromString(graph_def_bytes)))
     if not any(n.op in CONVERTERS and n.op not in NOT_COMPUTE or n.op in control_flow.BODY_ATTRS
                for n in graph_def.node):  # fmt: skip
         return b"", None  # nothing TVM could convert: not worth building a Python graph

@@ -16,7 +16,7 @@ import uuid
 from collections import defaultdict
 
 from .frontend.driver import bind_constant, convert_nodes, relax_param
-from .frontend.registry import Context, ShapeValue, merge_symbols
+from .frontend.registry import Context, ShapeValue, merge_symbols, shape_tensor
 from .frontend.support import SUPPORTED_DTYPES, reason_unsupported
 from .tfgraph.names import tensor_inputs
 from .tfgraph.order import postorder
@@ -133,10 +133,13 @@ def to_relax(frozen, run_in_tf, deny=frozenset()):
         params.append(relax_param(i, t.dtype.name, t.shape.as_list()))
         env[t.name] = params[-1]
     ctx = Context({}, bb)
+    ctx.in_vm = True
     with bb.function("main", params):
         with bb.dataflow():  # a dataflow block: what FuseOps fuses
             fallbacks = _convert_nodes(bb, ctx, frozen, env, run_in_tf, deny)
-            outputs = [env[t.name] for t in frozen.outputs]
+            # a shape the graph returns (tf.shape of a loop's result) as the int tensor TF gives
+            outputs = [shape_tensor(ctx, env[t.name], t.dtype.name) if isinstance(env[t.name], ShapeValue)
+                       else env[t.name] for t in frozen.outputs]  # fmt: skip
             out = bb.emit_output(outputs[0] if len(outputs) == 1 else relax.Tuple(outputs))
         bb.emit_func_output(out)
     return merge_symbols(bb.get(), ctx), fallbacks
@@ -163,7 +166,7 @@ def _convert_nodes(bb, ctx, frozen, env, run_in_tf, deny) -> list[Fallback]:
         if node.op == "Const":
             bind_constant(ctx, env, node)
             continue
-        reason = reason_unsupported(node, frozen.graph)  # the same test optimize marks nodes with
+        reason = reason_unsupported(node, frozen.graph, in_vm=True)  # the same test optimize marks nodes with
         if reason is None and node.op in deny:
             reason = "in the deny list"
         if reason is not None:

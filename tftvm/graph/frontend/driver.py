@@ -79,7 +79,8 @@ def convert_nodes(ctx, env: dict, nodes, fall_back) -> None:
         if node.op not in CONVERTERS:
             why = f"no converter for TF op {node.op}"
         else:
-            why = REQUIREMENTS.get(node.op, Requirements()).unmet(node, lambda i: tensor_name(node.input[i]) in ctx.constants)
+            why = REQUIREMENTS.get(node.op, Requirements()).unmet(
+                node, lambda i: tensor_name(node.input[i]) in ctx.constants, ctx.in_vm)
             why = why or convert_node(ctx, env, node)
         if why is not None:
             fall_back(node, why)

@@ -82,10 +82,16 @@ class Requirements:
 
     constant_inputs: tuple = ()  # input indices (negative: from the last data input) that must be constants
     dtypes: frozenset | None = None  # the values of the node's "T" attribute it takes (None: any)
+    data_dependent_shape: bool = False  # an output's shape depends on the values of the inputs
 
-    def unmet(self, node, is_constant) -> str | None:
+    def unmet(self, node, is_constant, in_vm: bool = False) -> str | None:
         """Why `node` does not meet them, or None; `is_constant(index)` says whether its data
-        input `index` is a constant where it is checked."""
+        input `index` is a constant where it is checked. `in_vm`: the node would run in
+        compile_model's VM, which allocates an output whose shape the data decides; a TvmCall
+        node's output shapes must follow from its input shapes."""
+        if self.data_dependent_shape and not in_vm:
+            return (f"{node.op}: its output's shape depends on the data, which compile_model's VM "
+                    "allows and a tftvm op (its shapes follow from its input shapes) does not")  # fmt: skip
         if self.dtypes is not None and "T" in node.attr:
             dtype = _dtype_name(node.attr["T"].type)
             if dtype not in self.dtypes:
@@ -102,7 +108,7 @@ REQUIREMENTS: dict[str, Requirements] = {}
 
 
 def register_converter(*op_types: str, broadcast: bool = False, on_shapes=None, constant_inputs=(), dtypes=None,
-                       replace: bool = False):  # fmt: skip
+                       data_dependent_shape: bool = False, replace: bool = False):  # fmt: skip
     """Decorator: `fn(ctx, node, *inputs)` converts TF nodes of `op_types` to Relax.
 
     `broadcast=True`: the node's tensor inputs are elementwise operands, so a symbolic dim
@@ -114,13 +120,16 @@ def register_converter(*op_types: str, broadcast: bool = False, on_shapes=None, 
     `constant_inputs`: the indices of data inputs that must be constants (an axis, a
     permutation; -1 for the last), and `dtypes`: the element types (the node's "T") that `fn`
     takes. Both are checked before partitioning, so such a node is never clustered.
+    `data_dependent_shape=True`: an output's shape depends on the data (Where), so the node
+    converts in compile_model's VM only (`Context.in_vm`), never into a cluster.
     An op type that already has a converter is a ValueError unless `replace=True` (a user's
     converter taking the place of tftvm's own).
     """
     taken = [t for t in op_types if t in CONVERTERS]
     if taken and not replace:
         raise ValueError(f"TF op(s) {taken} already have a converter; pass replace=True to replace it")
-    requirements = Requirements(tuple(constant_inputs), frozenset(dtypes) if dtypes is not None else None)
+    requirements = Requirements(tuple(constant_inputs), frozenset(dtypes) if dtypes is not None else None,
+                                data_dependent_shape)  # fmt: skip
 
     def register(fn):
         converter = _broadcasting(fn, on_shapes) if broadcast else fn
@@ -181,6 +190,7 @@ class Context:
         self.constants = constants  # TF tensor name -> np.ndarray, for Const inputs
         self.bb = bb  # the BlockBuilder the node's bindings go to
         self.merged: list = []  # (symbolic dim, the dim it equals): see same_dims
+        self.in_vm = False  # compile_model's whole graph, run by Relax's VM (not a cluster of tftvm ops)
 
     def symbol(self, var):
         """The representative of the symbols merged with `var`."""

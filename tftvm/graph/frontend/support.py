@@ -12,8 +12,9 @@ SUPPORTED_DTYPES = {"float16", "bfloat16", "float32", "float64", "int8", "int16"
 NOT_COMPUTE = {"Const", "Identity", "NoOp", "Placeholder", "ReadVariableOp"}
 
 
-def reason_unsupported(node, graph) -> str | None:
-    """None if the node can go to TVM, else why not."""
+def reason_unsupported(node, graph, in_vm: bool = False) -> str | None:
+    """None if the node can go to TVM, else why not. `in_vm`: into compile_model's VM, which
+    runs ops whose output shapes depend on the data (Requirements.data_dependent_shape)."""
     if node.op == "Placeholder":
         return "graph input"
     if node.op not in CONVERTERS and node.op != "Const":
@@ -31,5 +32,5 @@ def reason_unsupported(node, graph) -> str | None:
     if op.device and "CPU" not in op.device.upper():
         return f"placed on {op.device}"
     if node.op in REQUIREMENTS:
-        return REQUIREMENTS[node.op].unmet(node, lambda i: op.inputs[i].op.type == "Const")
+        return REQUIREMENTS[node.op].unmet(node, lambda i: op.inputs[i].op.type == "Const", in_vm)
     return None

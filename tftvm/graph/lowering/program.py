@@ -21,7 +21,7 @@ def fuse(mod, merged: str | None = None):
     """Legalize and fuse a Relax module with TVM's CPU legalization passes (relax.backend.
     cpu_generic), its LegalizeOps given tftvm's own legalizations where TVM's are wrong or slow
     on CPU: NaNs passed on as TF does, conv and matmul weights packed, vector transcendentals.
-    Float x - x is first written out (self_operands), a zero pad before a conv folded into the conv (fold_pads), and the stride of a
+    Float arithmetic TVM would fold by int rules is first written out (float_folds), a zero pad before a conv folded into the conv (fold_pads), and the stride of a
     strided 1x1 conv moved up into the ops before it (fold_strides), and a view that only
     views read repeated per reader (shared_views). The function named
     `merged` becomes a few large kernels (see `_group_whole`)."""
@@ -29,7 +29,7 @@ def fuse(mod, merged: str | None = None):
     from tvm import relax
     from tvm.relax.backend.cpu_generic import legalize_passes
 
-    from . import arg_reduce, denormals, fast_math, fold_pads, fold_strides, nans, pack_weights, self_operands, shared_views
+    from . import arg_reduce, denormals, fast_math, float_folds, fold_pads, fold_strides, nans, pack_weights, shared_views
 
     legalize = relax.transform.LegalizeOps(customize_legalize_map={
         **pack_weights.legalize_map(), **nans.legalize_map(), **fast_math.legalize_map(),
@@ -39,7 +39,7 @@ def fuse(mod, merged: str | None = None):
     seq = tvm.transform.Sequential
     # Bindings of one variable to another (a converted Identity, say) are nodes FuseOps cannot
     # look through: with them no conv takes its bias, batch norm and ReLU, nor the pad before it.
-    mod = self_operands.rewrite(relax.transform.CanonicalizeBindings()(mod))
+    mod = float_folds.rewrite(relax.transform.CanonicalizeBindings()(mod))
     mod = fold_strides.fold(fold_pads.fold(mod))
     mod = shared_views.unshare(mod)
     mod = seq(passes)(mod)

@@ -22,7 +22,8 @@ def freeze(fn, input_signature) -> FrozenGraph:
     import tensorflow as tf
     from tensorflow.python.framework import convert_to_constants
 
-    from .inline import inline_graph
+    from .functionalize import as_tf2
+    from .inline import inline_calls
 
     function = fn if hasattr(fn, "get_concrete_function") else tf.function(fn)
     concrete = function.get_concrete_function(*input_signature)
@@ -30,7 +31,10 @@ def freeze(fn, input_signature) -> FrozenGraph:
     frozen = convert_to_constants.convert_variables_to_constants_v2(concrete, lower_control_flow=False)
     inputs = [t.name for t in frozen.inputs]
     outputs = [t.name for t in frozen.outputs]
-    graph_def = fold_constants(inline_graph(frozen.graph), outputs)  # nested jit calls too
+    # nested jit calls inlined too; TF1 loops and TensorArrays in TF2's forms
+    traced = frozen.graph.as_graph_def()
+    rewritten = as_tf2(inline_calls(traced))
+    graph_def = fold_constants(frozen.graph if rewritten is traced else imported(rewritten), outputs)
     graph = imported(graph_def)
     return FrozenGraph(graph, graph_def, [graph.get_tensor_by_name(t) for t in inputs],
                        [graph.get_tensor_by_name(t) for t in outputs], concrete.structured_outputs)  # fmt: skip

@@ -56,21 +56,6 @@ def inline_calls(graph_def, max_depth: int = MAX_DEPTH):
     return out
 
 
-def inline_graph(graph):
-    """`inline_calls` on a tf.Graph: the same graph when there is nothing to inline, else a new
-    tf.Graph holding the inlined GraphDef (same node names, so tensor names stay valid)."""
-    import tensorflow as tf
-
-    graph_def = graph.as_graph_def()
-    inlined = inline_calls(graph_def)
-    if inlined is graph_def:
-        return graph
-    new = tf.Graph()
-    with new.as_default():
-        tf.graph_util.import_graph_def(inlined, name="")
-    return new
-
-
 def call_nodes(graph_def) -> list:
     """The nodes of `graph_def` that call a function of its library (what `inline_calls` inlines)."""
     library = {f.signature.name: f for f in graph_def.library.function}

@@ -323,10 +323,17 @@ def _unravel_index(ctx, node, indices, dims):
     """Coordinates of flat indices into `dims`: (index / stride) % dim per dim, one row
     each (a scalar index gives a vector). An index from the product of dims on raises, as in
     TF; a negative one passes, divided and taken modulo as C does (TF's kernel does not check
-    it); an empty vector of indices gives an empty result, where TF 2.21 raises."""
+    it). An empty vector of indices raises, as in TF: a static one stays in TF, a symbolic one
+    is checked when the call runs."""
     shape = [int(d) for d in np.asarray(ctx.constant(node, 1)).reshape(-1)]
     if not shape or min(shape) <= 0:
         raise Unsupported(f"UnravelIndex into dims {shape} (TF raises for a dim below 1)")
+    if len(indices.ty.shape) == 1:
+        (length,) = static_dims(indices, "UnravelIndex", ())
+        if length == 0:
+            raise Unsupported("UnravelIndex of an empty vector of indices (TF raises)")
+        if length is None:
+            indices = checked_nonempty(ctx, node, indices, 0)
     dtype = str(indices.ty.dtype)
     strides = np.cumprod([1] + shape[:0:-1])[::-1]
     if strides[0] * shape[0] > np.iinfo(dtype).max:
@@ -356,11 +363,23 @@ def _top_k(ctx, node, x, k):
     return [relax.TupleGetItem(both, 0), relax.TupleGetItem(both, 1)]
 
 
-@register_converter("Where")
+@register_converter("Where", data_dependent_shape=True)
 def _where(ctx, node, x):
-    raise Unsupported("Where (coordinates of true elements): its output length depends on the data, "
-                      "and tftvm runs each kernel as a TF op whose output shapes follow from its "
-                      "input shapes")  # fmt: skip
+    """The coordinates of the true (for numbers: nonzero; NaN counts) elements of `x`, in
+    row-major order, as an int64 [count, rank] tensor: Relax's nonzero (ONNX's, [rank, count])
+    transposed. The count is the data's, so only compile_model's VM, which allocates such a
+    result, runs it (see Requirements.data_dependent_shape)."""
+    from tvm import tirx
+
+    rank = len(x.ty.shape)
+    if rank == 0:
+        raise Unsupported("Where of a scalar")
+    dtype = str(x.ty.dtype)
+    mask = x if dtype == "bool" else relax.op.not_equal(x, relax.const(0, dtype))
+    coordinates = ctx.bb.emit(relax.op.nonzero(mask))
+    count = tirx.Var("where_count", "int64")
+    coordinates = ctx.bb.match_cast(coordinates, relax.TensorType([rank, count], "int64"))
+    return relax.op.permute_dims(coordinates, [1, 0])
 
 
 @register_converter("Unpack")

@@ -230,21 +230,71 @@ def _dilation2d(ctx, node, x, w):
 
 @register_converter("CropAndResize", constant_inputs=(3,))
 def _crop_and_resize(ctx, node, image, boxes, box_index, crop_size):
-    """TOPI's crop-and-resize in NHWC, float32 out as TF's; a box index outside the batch
-    raises, as in TF."""
-    from tvm import topi
-
+    """Crop-and-resize in NHWC as TF's CPU kernel computes it, float32 out: a sample's
+    position in the image is y1 * (H - 1) + i * (y2 - y1) * (H - 1) / (crop_h - 1) (the box's
+    centre for a crop of 1), outside [0, H - 1] the extrapolation value, else bilinear between
+    the four pixels around it or the nearest one by roundf (halves away from zero). A box index
+    outside the batch raises, as in TF. (TOPI's divides by crop_h - 1 for a crop of 1 and
+    rounds the nearest pixel otherwise.)"""
     from .indexing import checked_indices
 
     size = [int(s) for s in np.asarray(ctx.constant(node, 3)).reshape(-1)]
     if len(size) != 2 or min(size) < 1:
         raise Unsupported(f"CropAndResize crop_size {size} (TF raises)")
-    if min(size) == 1:  # TF samples a box's centre there; TOPI divides by size - 1
-        raise Unsupported(f"CropAndResize crop_size {size}: TOPI divides by a size of 1 minus 1")
     method = ctx.attr(node, "method", "bilinear")
-    if method != "bilinear":  # TOPI's nearest picks other pixels than TF's roundf
-        raise Unsupported(f"CropAndResize method {method}: only bilinear matches TF")
+    if method not in ("bilinear", "nearest"):
+        raise Unsupported(f"CropAndResize method {method}")
     box_index = checked_indices(ctx, node, box_index, [image.ty.shape[0]], (image, "image"), [0], "box_ind")
-    image = ctx.bb.emit(relax.op.astype(image, "float32"))
-    return ctx.bb.call_te(topi.image.crop_and_resize, image, boxes, box_index, size, layout="NHWC", method=method,
-                          extrapolation_value=float(ctx.attr(node, "extrapolation_value", 0.0)), out_dtype="float32")  # fmt: skip
+    extrapolation = float(ctx.attr(node, "extrapolation_value", 0.0))
+    return ctx.bb.call_te(_crop_and_resize_kernel, image, boxes, box_index, size, method, extrapolation,
+                          primfunc_name_hint="crop_and_resize")  # fmt: skip
+
+
+def _crop_and_resize_kernel(image, boxes, box_index, size, method, extrapolation):
+    from tvm import te, tirx
+
+    f32 = "float32"
+    height, width = image.shape[1], image.shape[2]
+
+    def position(i, lo, hi, extent, crop):  # in TF's float order
+        top = tirx.Cast(f32, extent - 1)
+        if crop == 1:
+            return tirx.const(0.5, f32) * (lo + hi) * top
+        scale = (hi - lo) * top / tirx.const(crop - 1, f32)
+        return lo * top + tirx.Cast(f32, i) * scale
+
+    def pixel(b, y, x, c):  # clamped: a NaN box must not read outside the image
+        def clamp(v, extent):  # v: int64
+            return tirx.max(tirx.min(v, tirx.Cast("int64", extent) - 1), tirx.const(0, "int64"))
+
+        return tirx.Cast(f32, image[box_index[b], clamp(y, height), clamp(x, width), c])
+
+    def sample(b, i, j, c):
+        in_y = position(i, boxes[b, 0], boxes[b, 2], height, size[0])
+        in_x = position(j, boxes[b, 1], boxes[b, 3], width, size[1])
+        outside = tirx.any(in_y < 0, in_y > tirx.Cast(f32, height - 1), in_x < 0, in_x > tirx.Cast(f32, width - 1))
+        if method == "nearest":
+            value = pixel(b, _round_half_up(in_y), _round_half_up(in_x), c)
+        else:
+            y0, x0 = tirx.floor(in_y), tirx.floor(in_x)
+            y_lerp, x_lerp = in_y - y0, in_x - x0
+            top_y, left_x = tirx.Cast("int64", y0), tirx.Cast("int64", x0)
+            bottom_y, right_x = tirx.Cast("int64", tirx.ceil(in_y)), tirx.Cast("int64", tirx.ceil(in_x))
+            top_left, top_right = pixel(b, top_y, left_x, c), pixel(b, top_y, right_x, c)
+            bottom_left, bottom_right = pixel(b, bottom_y, left_x, c), pixel(b, bottom_y, right_x, c)
+            top = top_left + (top_right - top_left) * x_lerp
+            bottom = bottom_left + (bottom_right - bottom_left) * x_lerp
+            value = top + (bottom - top) * y_lerp
+        return tirx.Select(outside, tirx.const(extrapolation, f32), value)
+
+    return te.compute((boxes.shape[0], size[0], size[1], image.shape[3]), sample, name="crop_and_resize")
+
+
+def _round_half_up(v):
+    """roundf of a position at or above 0 (halves up, as C's roundf rounds them away from 0),
+    as an int64 index; TVM's round takes halves to even. v - floor(v) is exact, where
+    floor(v + 0.5) would round 0.49999997 up."""
+    from tvm import tirx
+
+    low = tirx.floor(v)
+    return tirx.Cast("int64", tirx.Select(v - low >= tirx.const(0.5, "float32"), low + 1, low))
