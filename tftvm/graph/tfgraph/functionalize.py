@@ -45,9 +45,22 @@ def functional(graph_def):
         raise NotFunctional(f"TF1 control flow (Enter/Merge/Switch/Exit) that TF cannot make functional: {err}") from err
     result = tf.compat.v1.GraphDef.FromString(out)
     known = {f.signature.name for f in graph_def.library.function}
-    result = _named_by_contents(result, {f.signature.name for f in result.library.function} - known)
+    made = {f.signature.name for f in result.library.function} - known
+    for fdef in result.library.function:
+        if fdef.signature.name in made:
+            _free_constants(fdef)
+    result = _named_by_contents(result, made)
     log.info("TF1 control flow made functional: %d While/If nodes", sum(n.op in ("While", "If") for n in result.node))
     return result
+
+
+def _free_constants(fdef) -> None:
+    """The Const nodes of a body without their control inputs: TF1 makes each constant of a
+    loop or branch wait for the frame's pivot (the only way into its frame), which a function
+    needs not; left, they make the constants look computed (a concat's axis, a split's)."""
+    for node in fdef.node_def:
+        if node.op == "Const" and any(i.startswith("^") for i in node.input):
+            del node.input[:]
 
 
 _DIGEST = re.compile(r"_tftvm[0-9a-f]{12}$")
