@@ -321,6 +321,17 @@ def test_a_reshape_of_no_elements_keeps_no_elements(spec, shape):
                     "Reshape")  # fmt: skip
 
 
+def test_a_step_of_a_step_of_a_symbolic_dim():
+    """x[..., ::2] of x[..., ::2]: TOPI's slice of a dim that is a step already put a select
+    into its shape, which neither a tftvm op nor compile_model's VM plan took."""
+    fn = lambda a: (a[..., ::2], a[..., ::2][..., ::3] * 2.0)  # noqa: E731
+    for path, compiled in _paths(fn, tf.TensorSpec([None], F32)).items():
+        for n in (0, 1, 2, 7, 12):
+            x = np.arange(n, dtype=np.float32)
+            for got, want in zip(compiled(x), fn(tf.constant(x))):
+                np.testing.assert_array_equal(np.asarray(got), want.numpy(), err_msg=f"{path}, {n} elements")
+
+
 def test_compile_model_of_a_static_result_with_no_elements():
     """The reshape's zeros fold to a constant with no elements, which TVM 0.27's VM executable
     saved but could not load back ('Invalid DLTensor file format')."""

@@ -12,7 +12,8 @@ The rule: every op of an array reads its current value from the flow it is given
 Python API hands each op the flow of the last change), so the flow is the list. A handle may
 only reach TensorArray ops, Identity nodes and While loops (whose bodies pass it through);
 anything else reading a handle or a flow, or a gradient array, leaves the graph as it is
-(`as_tensor_lists` logs why), in TF, as before.
+(`as_tensor_lists` logs why), in TF, as before. Arrays made in the outer graph are followed
+(into the loops that carry them); one made inside a loop body stays TF1's.
 
 Element shapes: TensorArrayV3's `element_shape` attr, the shape of what is scattered into the
 array in the outer graph and the `element_shape` attr TF1 records on gathers and concats
@@ -28,8 +29,8 @@ ARRAY_OPS = frozenset({"TensorArrayV3", "TensorArrayWriteV3", "TensorArrayReadV3
                        "TensorArrayGatherV3", "TensorArraySizeV3", "TensorArrayConcatV3", "TensorArraySplitV3",
                        "TensorArrayCloseV3"})  # fmt: skip
 
-# A TensorArray op: its TensorList op, the inputs it keeps (by position; the flow input is
-# always last and becomes the list, input 0), and which of its outputs is the array's new flow.
+# A TensorArray op: its TensorList op and the inputs it keeps, by position (the handle, input
+# 0, goes; the flow, always last, becomes the list). Outputs keep their positions.
 _AS_LIST = {
     "TensorArrayWriteV3": ("TensorListSetItem", (1, 2)),  # (handle, index, value, flow)
     "TensorArrayReadV3": ("TensorListGetItem", (1,)),  # (handle, index, flow)

@@ -100,7 +100,11 @@ def _strided_slice(ctx, node, x, begin, end, strides):
         axes.append(axis), b_out.append(b), e_out.append(e), s_out.append(stride)
         axis += 1
     out_dims += range(axis, len(shape))  # axes after the last entry are taken whole
-    out = relax.op.strided_slice(x, axes, b_out, e_out, s_out) if axes else x
+    # Every axis whole, in steps (x[..., ::2]): the bounds are in range, and saying so keeps
+    # TOPI's negative-bound select out of the result's shape (a step of a symbolic dim that is
+    # a step already gave if_then_else(d < -1, ...), which no kernel signature takes).
+    whole = all(b == 0 and e is shape[a] and s > 0 for a, b, e, s in zip(axes, b_out, e_out, s_out))
+    out = relax.op.strided_slice(x, axes, b_out, e_out, s_out, assume_inbound=whole) if axes else x
     if out_dims == list(range(len(shape))):
         return out
     # Shrunk axes dropped and new axes of 1 put in: a reshape of the slice, a free view.
