@@ -329,3 +329,18 @@ def test_a_conv_takes_its_batch_norm_and_relu_into_one_kernel(rng):
     assert not {"relu", "multiply"} & kernels, kernels
     x = rng.standard_normal((2, 10, 10, 4)).astype(np.float32)
     np.testing.assert_allclose(np.asarray(compiled(x)), model(x).numpy(), rtol=1e-5, atol=1e-5)
+
+
+def test_a_model_tf_cannot_run_on_the_safety_nets_inputs(rng):
+    """The safety net times a model on zeros for its ints and bools, and TF itself raised on
+    generate()'s padding mask of zeros: compile_model failed. The first calls of each shape
+    decide instead; a TF node's error keeps TF's type (the VM handed it on as RuntimeError)."""
+    fn = tf.function(lambda x, i: tf.slice(tf.exp(x), tf.reshape(i - 1, [1]), [2]) * 2.0)
+    model = tftvm.compile_model(fn, [tf.TensorSpec([None], tf.float32), tf.TensorSpec([], tf.int32)], keep_faster=True)
+    x = rng.standard_normal(6).astype(np.float32)
+    for i in (1, 3, 5) * 4:  # the trial runs both sides in turn
+        np.testing.assert_allclose(np.asarray(model(x, np.int32(i))), fn(x, np.int32(i)).numpy(), rtol=1e-6)
+    with pytest.raises(tf.errors.InvalidArgumentError):
+        fn(x, np.int32(0))
+    with pytest.raises(tf.errors.InvalidArgumentError):
+        model(x, np.int32(0))

@@ -86,6 +86,7 @@ class CompiledModel:
         self.timing = None
         self.timings: dict[tuple, safety_net.Timing] = {}
         self._trials: dict[tuple, _Trial] = {}
+        self._trials_only = False  # on, with no verdict: random inputs are no valid inputs of the model
         self._tf_graph = None  # the frozen graph as a tf.function, made when first needed
 
     @property
@@ -99,11 +100,24 @@ class CompiledModel:
         """The safety net: time the model's VM against its frozen graph in TF (`None` dims at
         1) and run TF's at those shapes if it is faster; calls with other shapes are timed
         on their first calls (see _Trial) and run the faster side from then on."""
+        import tensorflow as tf
+
         inputs = safety_net.random_inputs(self.input_specs)
-        self.timing = safety_net.time_calls(self._run_vm, self._tf_function(), inputs)
-        self.timings = {_shapes_of(inputs): self.timing}
         self._trials = {}
-        log.info("whole model: %s; runs in %s", self.timing, "TF, which is faster" if self.timing.tf_faster else "TVM")
+        try:
+            self.timing = safety_net.time_calls(self._run_vm, self._tf_function(), inputs)
+        except tf.errors.OpError as err:
+            if not _raises(self._tf_function(), inputs):
+                raise  # the VM fails where TF does not: that is the news
+            # A model whose inputs must mean something (generate()'s padding mask, which it
+            # reads positions from): TF itself raises on random ones. The first calls of each
+            # input shape decide instead.
+            log.info("whole model: not timed at compile time, TF raises on random inputs (%s); the first calls "
+                     "of each input shape decide where it runs", str(err).strip().splitlines()[0])  # fmt: skip
+            self.timing, self.timings, self._trials_only = None, {}, True
+        else:
+            self.timings = {_shapes_of(inputs): self.timing}
+            log.info("whole model: %s; runs in %s", self.timing, "TF, which is faster" if self.timing.tf_faster else "TVM")
         self.calls, self.seconds = 0, 0.0  # the report counts the user's calls, not these
         for fb in self.fallbacks:
             fb.calls, fb.seconds = 0, 0.0
@@ -141,7 +155,7 @@ class CompiledModel:
     def _where(self, shapes) -> tuple[bool, _Trial | None]:
         """Whether a call with input `shapes` runs in TF, and the trial it is part of (None
         where there is a verdict, or no safety net)."""
-        if self.timing is None:
+        if self.timing is None and not self._trials_only:
             return False, None
         with self._lock:
             verdict = self.timings.get(shapes)
@@ -177,6 +191,11 @@ class CompiledModel:
 
                 raise tf.errors.InvalidArgumentError(None, None, str(err)) from None
             except Exception as err:
+                errors = [fb.error for fb in self.fallbacks if fb.error is not None]
+                for fb in self.fallbacks:
+                    fb.error = None
+                if errors:  # a node run by TF raised (on an input TF checks): TF's own error
+                    raise errors[-1] from None
                 if "match_cast error" not in str(err):
                     raise
                 # Inputs with a None dim each that the model combines (a + b, x.W + h.U) were
@@ -310,6 +329,17 @@ class CompiledModel:
 
 
 TRIAL_SAMPLES = 3  # timed calls per side before a verdict at new input shapes
+
+
+def _raises(fn, inputs) -> bool:
+    """Whether TF raises calling `fn` on `inputs`."""
+    import tensorflow as tf
+
+    try:
+        fn(*inputs)
+    except tf.errors.OpError:
+        return True
+    return False
 
 
 class _Trial:
@@ -584,7 +614,12 @@ def _register_tf_runner(frozen):
             start = time.perf_counter()
             tensors = [_to_tf(a) for a in args]
             tensors = [t if t.dtype == d else tf.cast(t, d) for t, d in zip(tensors, dtypes)]
-            outs = unaliased([_to_tvm(y) for y in run_op(tensors)], args)
+            try:
+                results = run_op(tensors)
+            except tf.errors.OpError as err:  # the VM raises its own error: the model call raises this one
+                fb.error = err
+                raise
+            outs = unaliased([_to_tvm(y) for y in results], args)
             fb.calls += 1
             fb.seconds += time.perf_counter() - start
             return outs[0] if len(outs) == 1 else outs

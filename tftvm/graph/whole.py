@@ -41,6 +41,7 @@ class Fallback:
     nodes: list = dataclasses.field(default_factory=list)  # every node it runs
     calls: int = 0
     seconds: float = 0.0
+    error: Exception | None = None  # TF's error of its last call, which the VM hands on as its own
 
     def __post_init__(self):
         self.nodes = self.nodes or [self.node]
