@@ -343,3 +343,23 @@ def test_a_size_switch_in_a_loop_body_survives_enable_and_disable(rng, monkeypat
     tf.function(lambda a: tf.nn.relu(a * 2.0 + 1.0))(tf.ones([4, 4]))
     tftvm.disable()
     assert zoo.check(model, optimized, make_inputs, batches=(1, 5)) <= 1e-5  # both sides of the switch
+
+
+@pytest.mark.parametrize("tvm_ms, tf_ms, rounds", [(1.0, 2.0, safety_net.MIN_ROUNDS), (2.0, 1.0, safety_net.MIN_ROUNDS),
+                                                   (1.0, 1.2, safety_net.ROUNDS)])  # fmt: skip
+def test_timing_stops_early_only_where_the_sides_do_not_overlap(monkeypatch, tvm_ms, tf_ms, rounds):
+    """Seconds come from the calls themselves here (no clock): a side twice as fast as the
+    other is decided after MIN_ROUNDS; one within CLOSE_CALL takes every round."""
+    monkeypatch.setattr(safety_net, "_seconds", lambda call: call())
+    counts = [0, 0]
+
+    def side(index, ms):
+        def call():
+            counts[index] += 1
+            return ms * 1e-3 * (1 + 0.01 * (counts[index] % 3))  # a little noise
+        return call
+
+    timing = safety_net._interleaved([side(0, tvm_ms), side(1, tf_ms)], calls_per_sample=1, runs_per_call=1,
+                                      single=min(tvm_ms, tf_ms) * 1e-3)  # fmt: skip
+    assert counts == [2 * rounds, 2 * rounds]  # an untimed call before each timed one
+    assert (timing.tvm_seconds < timing.tf_seconds) == (tvm_ms < tf_ms)

@@ -235,11 +235,16 @@ def _repeats(single: float) -> int:
 
 def _interleaved(calls, calls_per_sample: int, runs_per_call: int, single: float) -> Timing:
     """Medians over ROUNDS of seconds per run of the two `calls` (TVM's, TF's), interleaved;
-    fewer rounds for calls of LONG_CALL_SECONDS or more (`single`: seconds per call)."""
+    fewer rounds for calls of LONG_CALL_SECONDS or more (`single`: seconds per call), and
+    MIN_ROUNDS where they decide beyond doubt: the slower side's fastest sample a CLOSE_CALL
+    factor behind the faster side's slowest (a decoder's first call under enable() spent
+    seconds timing its clusters to 7 rounds when 3 showed TVM at half TF's time)."""
     long_calls = single >= LONG_CALL_SECONDS
     rounds = max(MIN_ROUNDS, min(ROUNDS, int(LONG_CALL_BUDGET / (2 * single)))) if long_calls else ROUNDS
     samples: list[list[float]] = [[], []]
-    for _ in range(rounds):
+    for done in range(rounds):
+        if done >= MIN_ROUNDS and _beyond_doubt(samples):
+            break
         for side, call in enumerate(calls):
             # Untimed first: the other side's worker threads (TVM's pool, TF's) spin-wait a
             # while after it returns, and on 2 cores that slows whatever runs next.
@@ -251,6 +256,12 @@ def _interleaved(calls, calls_per_sample: int, runs_per_call: int, single: float
     return Timing(tvm_s, tf_s)
 
 
+def _beyond_doubt(samples) -> bool:
+    """Whether every sample of one side is CLOSE_CALL times faster than every one of the other."""
+    tvm, tf_ = samples
+    return max(tvm) * CLOSE_CALL < min(tf_) or max(tf_) * CLOSE_CALL < min(tvm)
+
+
 def _seconds(call) -> float:
     start = time.perf_counter()
     call()
@@ -258,8 +269,17 @@ def _seconds(call) -> float:
 
 
 def random_inputs(specs, dim: int = MEASURE_DIM) -> list:
-    """Inputs for timing: `None` dims at `dim`; see _random."""
-    return [_random(spec, seed) for seed, spec in enumerate(_at_dim(specs, dim))]
+    """Inputs for timing: `None` dims at `dim`; see _random. Inputs of one shape and dtype
+    are one tensor: under enable() a decoder's 84 weight matrices are inputs of 7 shapes, and
+    drawing each took a second of its first call (timing does not depend on the values)."""
+    made: dict = {}
+    inputs = []
+    for seed, spec in enumerate(_at_dim(specs, dim)):
+        key = (tuple(spec.shape.as_list()), spec.dtype)
+        if key not in made:
+            made[key] = _random(spec, seed)
+        inputs.append(made[key])
+    return inputs
 
 
 def _at_dim(specs, dim: int) -> list:
