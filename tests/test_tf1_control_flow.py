@@ -147,3 +147,33 @@ def test_an_array_used_another_way_stays_a_tf1_array():
 
     graph_def = tf1_graph(build)
     assert as_tensor_lists(graph_def) is graph_def
+
+
+def test_a_tf1_saved_model_under_enable(tmp_path, rng):
+    """A SavedModel of a TF1 session (saved_model.Builder), loaded and served with TF2:
+    enable() rewrites its signature's graph, loop body included."""
+    from tftvm import enable_pass
+
+    path = str(tmp_path / "tf1_model")
+    tf.compat.v1.disable_control_flow_v2()
+    try:
+        graph = tf.Graph()
+        with graph.as_default(), tf.compat.v1.Session() as session:
+            x = tf.compat.v1.placeholder(tf.float32, [None, 5, 4], name="x")
+            rnn(x)
+            outputs = {"y": graph.get_tensor_by_name("y:0"), "h": graph.get_tensor_by_name("h:0")}
+            builder = tf.compat.v1.saved_model.Builder(path)
+            signature = tf.compat.v1.saved_model.predict_signature_def({"x": x}, outputs)
+            builder.add_meta_graph_and_variables(session, ["serve"], signature_def_map={"serving_default": signature})
+            builder.save()
+    finally:
+        tf.compat.v1.enable_control_flow_v2()
+    x = tf.constant(rng.standard_normal((3, 5, 4)).astype(np.float32))
+    want = tf.saved_model.load(path).signatures["serving_default"](x=x)
+    before = len(enable_pass.rewrites())
+    with tftvm.enabled(keep_faster=False, min_cluster_size=1):
+        got = tf.saved_model.load(path).signatures["serving_default"](x=x)
+    done = enable_pass.rewrites()[before:]
+    assert done and "body of while/LoopCond: 8 compute nodes in TVM" in done[-1].report, done[-1].report if done else None
+    for name in want:
+        np.testing.assert_allclose(got[name].numpy(), want[name].numpy(), rtol=1e-5, atol=1e-6, err_msg=name)
