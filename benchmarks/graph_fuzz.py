@@ -9,6 +9,12 @@ safety net), and names each output where a path differs from TF beyond the dtype
 tolerance, or where one raises and the other does not. A failing case prints as a small
 program (`str(recipe)`), which hypothesis shrinks first.
 
+Graphs come in two styles: TF2's (a tf.function) and, one in four, TF1's: the steps inside a
+TF1 `tf.while_loop` of LOOP_STEPS iterations (control flow v1: Enter/Merge/Switch/Exit
+nodes) whose outputs each iteration writes into TF1 TensorArrays, stacked after the loop, in
+a v1 graph run as TF2 code runs one (`tf.compat.v1.wrap_function` importing its GraphDef).
+That style goes through tftvm's making TF1 control flow functional and its arrays lists.
+
 tests/test_graph_fuzz.py runs a few dozen cases; `python benchmarks/stress.py --part graphs
 --cases N` runs many.
 """
@@ -19,6 +25,8 @@ import dataclasses
 import numpy as np
 
 F32, I32, BOOL = "float32", "int32", "bool"
+TF1_LOOP = "tf1_loop"  # the style of a graph built as TF1 code builds one (see the module's docstring)
+LOOP_STEPS = 2
 
 
 @dataclasses.dataclass(frozen=True)
@@ -148,9 +156,12 @@ class Recipe:
     inputs: tuple
     steps: tuple
     outputs: tuple
+    style: str = "tf2"  # or TF1_LOOP
 
     def __str__(self) -> str:
-        lines = [f"v{i} = input({d}, {list(s)}{', None first' if n else ''})" for i, (d, s, n) in enumerate(self.inputs)]
+        lines = [f"# TF1: the steps in a tf.while_loop of {LOOP_STEPS}, outputs stacked by TensorArrays"] \
+            if self.style == TF1_LOOP else []  # fmt: skip
+        lines += [f"v{i} = input({d}, {list(s)}{', None first' if n else ''})" for i, (d, s, n) in enumerate(self.inputs)]
         for k, (op, operands, param) in enumerate(self.steps, len(self.inputs)):
             args = ", ".join(f"v{i}" for i in operands) + ("" if param is None else f", {param}")
             lines.append(f"v{k} = {op}({args})")
@@ -158,6 +169,8 @@ class Recipe:
         return "\n".join(lines)
 
     def function(self):
+        """The graph as TF2 code calls it: a Python function of tensors (TF2's style), or a
+        wrapped function of the TF1 graph (TF1_LOOP)."""
         table = ops()
 
         def fn(*args):
@@ -166,7 +179,7 @@ class Recipe:
                 values.append(table[op].build(*[values[i] for i in operands], param))
             return [values[i] for i in self.outputs]
 
-        return fn
+        return fn if self.style != TF1_LOOP else _tf1_loop(fn, self.signature(), len(self.outputs))
 
     def signature(self):
         tf = _tf()
@@ -176,6 +189,33 @@ class Recipe:
 SPECIAL_FLOATS = [0.0, -0.0, 1.0, -1.0, 0.5, 2.0, 1e-40, -1e-40, 1e-30, 3e38, -3e38, np.inf, -np.inf, np.nan, 88.7,
                   -104.0, 1e5]  # fmt: skip
 SPECIAL_INTS = [0, 1, -1, 2, 31, 32, 2**31 - 1, -(2**31), 7, -7, 100]
+
+
+def _tf1_loop(fn, signature, outputs: int):
+    """`fn` run LOOP_STEPS times in a TF1 while loop of a v1 graph, each output of each
+    iteration written into a TF1 TensorArray, stacked after it; the graph imported into a
+    wrapped function of `signature`."""
+    tf = _tf()
+    tf.compat.v1.disable_control_flow_v2()
+    try:
+        graph = tf.Graph()
+        with graph.as_default():
+            inputs = [tf.compat.v1.placeholder(s.dtype, s.shape, name=f"in{i}") for i, s in enumerate(signature)]
+            probe = fn(*inputs)  # the outputs' dtypes, for the arrays
+            arrays = [tf.TensorArray(t.dtype, size=LOOP_STEPS) for t in probe]
+
+            def body(t, *arrays):
+                return (t + 1, *[a.write(t, y) for a, y in zip(arrays, fn(*inputs))])
+
+            _, *arrays = tf.while_loop(lambda t, *a: t < LOOP_STEPS, body, [tf.constant(0), *arrays])
+            results = [tf.identity(a.stack(), name=f"out{k}") for k, a in enumerate(arrays)]
+        graph_def = graph.as_graph_def()
+    finally:
+        tf.compat.v1.enable_control_flow_v2()
+    names = [r.name for r in results]
+    return tf.compat.v1.wrap_function(
+        lambda *xs: tf.graph_util.import_graph_def(graph_def, input_map={f"in{i}:0": x for i, x in enumerate(xs)},
+                                                   return_elements=names), signature)  # fmt: skip
 
 
 def cases(max_steps: int = 5):
@@ -209,7 +249,8 @@ def cases(max_steps: int = 5):
             return None
         produced = list(range(len(inputs), len(values)))
         outputs = tuple(sorted(set(data(st.lists(st.sampled_from(produced), min_size=1, max_size=2)))))
-        recipe = Recipe(inputs, tuple(steps), outputs)
+        style = data(st.sampled_from(["tf2", "tf2", "tf2", TF1_LOOP]))
+        recipe = Recipe(inputs, tuple(steps), outputs, style)
         feeds = [_values(data, st, d, s) for d, s, _ in inputs]
         return recipe, feeds
 
@@ -271,12 +312,13 @@ def run_path(path: str, recipe: Recipe, feeds):
 
     tf = _tf()
     fn, signature = recipe.function(), recipe.signature()
+    traced = fn if recipe.style == TF1_LOOP else tf.function(fn, autograph=False)  # a wrapped function already
     if path == "optimize":
-        return tftvm.optimize(tf.function(fn, autograph=False), signature, keep_faster=False, min_cluster_size=1)(*feeds)
+        return tftvm.optimize(traced, signature, keep_faster=False, min_cluster_size=1)(*feeds)
     if path == "compile_model":
-        return tftvm.compile_model(tf.function(fn, autograph=False), signature, keep_faster=False)(*feeds)
+        return tftvm.compile_model(traced, signature, keep_faster=False)(*feeds)
     with tftvm.enabled(keep_faster=False, min_cluster_size=1):
-        return tf.function(fn, input_signature=signature, autograph=False)(*feeds)
+        return tf.function(lambda *xs: fn(*xs), input_signature=signature, autograph=False)(*feeds)
 
 
 def _in_tf(recipe: Recipe, feeds, graph: bool):
@@ -284,7 +326,7 @@ def _in_tf(recipe: Recipe, feeds, graph: bool):
     kernels) or as a tf.function (the graph Grappler optimized)."""
     tf = _tf()
     fn = recipe.function()
-    if graph:
+    if graph and recipe.style != TF1_LOOP:  # a TF1 graph is a graph either way
         fn = tf.function(fn, input_signature=recipe.signature(), autograph=False)
     try:
         return [np.asarray(w) for w in fn(*[tf.constant(f) for f in feeds])]
