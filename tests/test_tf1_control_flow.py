@@ -177,3 +177,22 @@ def test_a_tf1_saved_model_under_enable(tmp_path, rng):
     assert done and "body of while/LoopCond: 8 compute nodes in TVM" in done[-1].report, done[-1].report if done else None
     for name in want:
         np.testing.assert_allclose(got[name].numpy(), want[name].numpy(), rtol=1e-5, atol=1e-6, err_msg=name)
+
+
+def test_shape_and_size_of_an_imported_graph_fold():
+    """Shape and Size of a static input in a GraphDef imported with import_graph_def (its
+    placeholder None there, static in the wrapped function) become constants or shape values:
+    nothing stays in TF."""
+    graph = tf.Graph()
+    with graph.as_default():
+        x = tf.compat.v1.placeholder(tf.float32, [None, 3], name="x")
+        dims = tf.shape(x)
+        y = tf.reshape(tf.exp(x) * 2.0, tf.stack([dims[1], dims[0]]), name="y")
+        tf.add(tf.cast(tf.size(x), tf.float32), tf.reduce_sum(y), name="z")
+    fn = tf.compat.v1.wrap_function(lambda x: tf.graph_util.import_graph_def(
+        graph.as_graph_def(), input_map={"x:0": x}, return_elements=["y:0", "z:0"]), [tf.TensorSpec([2, 3])])
+    optimized = tftvm.optimize(fn, [tf.TensorSpec([2, 3])], keep_faster=False, min_cluster_size=1)
+    assert "(100.0%)" in optimized.report().splitlines()[0], optimized.report()
+    x = np.arange(6, dtype=np.float32).reshape(2, 3) / 6
+    for got, want in zip(optimized(x), fn(tf.constant(x))):
+        np.testing.assert_allclose(np.asarray(got), want.numpy(), rtol=1e-6)
