@@ -285,6 +285,9 @@ def leaks(eager: int, graph: int) -> dict:
 # ---------------------------------------------------------------------------
 
 
+PROGRESS_MARK = "# graph "  # the progress file's first line: how many graphs this one makes
+
+
 def graphs(count: int, seed: int, progress_file: str | None) -> dict:
     """`count` random graphs (hypothesis, generation only: every difference is listed, none
     stops the run; tests/test_graph_fuzz.py shrinks the ones it finds)."""
@@ -307,7 +310,7 @@ def graphs(count: int, seed: int, progress_file: str | None) -> dict:
         ran[0] += 1
         if progress_file:
             with open(progress_file, "w") as f:
-                f.write(str(recipe))
+                f.write(f"{PROGRESS_MARK}{ran[0]}\n{recipe}")
         differences = graph_fuzz.differences(recipe, feeds)
         if differences:
             found.append({"graph": str(recipe), "feeds": [a.tolist() for a in feeds], "differences": differences})
@@ -334,8 +337,11 @@ def run_part(part: str, args) -> dict:
     if child.returncode == 0 and lines:
         return {"part": part, "crashes": 0, **json.loads(lines[-1][7:])}
     crashed = child.returncode < 0  # killed by a signal: a segfault or an abort
-    return {"part": part, "crashes": int(crashed), "failed": not crashed, "exit status": child.returncode,
-            "last case": last, "stderr": child.stderr[-3000:]}  # fmt: skip
+    result = {"part": part, "crashes": int(crashed), "failed": not crashed, "exit status": child.returncode,
+              "last case": last, "stderr": child.stderr[-3000:]}  # fmt: skip
+    if last.startswith(PROGRESS_MARK):  # the graphs run before this one, each with TF's answer or listed
+        result["graphs before"] = int(last.splitlines()[0][len(PROGRESS_MARK):]) - 1
+    return result
 
 
 def main() -> int:
