@@ -63,6 +63,7 @@ def _free_constants(fdef) -> None:
             del node.input[:]
 
 
+MAX_SHAPE_ROUNDS = 32
 _DIGEST = re.compile(r"_tftvm[0-9a-f]{12}$")
 
 
@@ -117,7 +118,9 @@ def with_loop_shapes(graph_def):
     shapes its loop keeps, as TF2 declares them: each loop variable's shape where the body
     returns a shape compatible with it, else the shape both have in common (a dim the body
     changes becomes unknown), found by running the body's shape inference until nothing
-    changes. The loop bodies are then compiled for those shapes (control_flow.py)."""
+    changes (every shape unknown if that takes more than MAX_SHAPE_ROUNDS: a shape too
+    specific would be wrong). The loop bodies are then compiled for those shapes
+    (control_flow.py). Loops inside loop bodies keep their unknown shapes."""
     import tensorflow as tf
     from tensorflow.python.framework import function_def_to_graph
 
@@ -131,13 +134,15 @@ def with_loop_shapes(graph_def):
         library = {f.signature.name: f for f in graph_def.library.function}
         for node in loops:
             shapes = [t.shape for t in graph.get_operation_by_name(node.name).inputs]
-            for _ in range(len(shapes) + 1):  # each round makes at least one dim unknown, or stops
+            for _ in range(MAX_SHAPE_ROUNDS):  # each round makes a dim or a rank unknown, or stops
                 body = function_def_to_graph.function_def_to_graph(library[node.attr["body"].func.name],
                                                                    input_shapes=shapes)  # fmt: skip
                 kept = [s.most_specific_compatible_shape(o.shape) for s, o in zip(shapes, body.outputs)]
                 if [str(s) for s in kept] == [str(s) for s in shapes]:
                     break
                 shapes = kept
+            else:
+                shapes = [tf.TensorShape(None)] * len(shapes)
             del node.attr["output_shapes"].list.shape[:]
             node.attr["output_shapes"].list.shape.extend(s.as_proto() for s in shapes)
     return graph_def
