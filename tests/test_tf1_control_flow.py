@@ -86,7 +86,20 @@ def straight(x):
     tf.identity(out.size() + ta.size(), name="h")
 
 
-GRAPHS = {"rnn": rnn, "growing": growing, "nested": nested, "straight": straight}
+def inner_arrays(x):
+    """Arrays made inside a loop body: each outer step fills one in a loop of its own."""
+    def outer(t, h):
+        steps = tf.TensorArray(tf.float32, size=3)
+        _, steps = tf.while_loop(lambda j, a: j < 3, lambda j, a: (j + 1, a.write(j, tf.tanh(h * tf.cast(j + 1, tf.float32)))),
+                                 [0, steps])  # fmt: skip
+        return t + 1, tf.reduce_mean(steps.stack(), 0) + x[:, t]
+
+    _, h = tf.while_loop(lambda t, h: t < 5, outer, [0, tf.zeros_like(x[:, 0])])
+    tf.identity(h, name="y")
+    tf.identity(tf.shape(h), name="h")
+
+
+GRAPHS = {"rnn": rnn, "growing": growing, "nested": nested, "straight": straight, "inner_arrays": inner_arrays}
 
 
 def _paths(fn):
@@ -196,3 +209,12 @@ def test_shape_and_size_of_an_imported_graph_fold():
     x = np.arange(6, dtype=np.float32).reshape(2, 3) / 6
     for got, want in zip(optimized(x), fn(tf.constant(x))):
         np.testing.assert_allclose(np.asarray(got), want.numpy(), rtol=1e-6)
+
+
+@pytest.mark.parametrize("name", sorted(GRAPHS))
+def test_every_graph_here_takes_tf2s_forms_whole(name):
+    """No TF1 control flow node and no TF1 array left, in the graph or its functions (arrays
+    made inside a loop body included): nothing of it falls back to TF1's forms."""
+    graph_def = as_tf2(tf1_graph(GRAPHS[name]))
+    ops = {n.op for n in graph_def.node} | {n.op for f in graph_def.library.function for n in f.node_def}
+    assert not ops & (ARRAY_OPS | V1_OPS), sorted(ops & (ARRAY_OPS | V1_OPS))

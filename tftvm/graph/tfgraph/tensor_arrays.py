@@ -13,7 +13,7 @@ Python API hands each op the flow of the last change), so the flow is the list. 
 only reach TensorArray ops, Identity nodes and While loops (whose bodies pass it through);
 anything else reading a handle or a flow, or a gradient array, leaves the graph as it is
 (`as_tensor_lists` logs why), in TF, as before. Arrays made in the outer graph are followed
-(into the loops that carry them); one made inside a loop body stays TF1's.
+into the loops that carry them, and loops whose bodies make arrays are followed into too.
 
 Element shapes: TensorArrayV3's `element_shape` attr, the shape of what is scattered into the
 array in the outer graph and the `element_shape` attr TF1 records on gathers and concats
@@ -49,12 +49,14 @@ class NotRewritten(ValueError):
 
 
 def has_tensor_arrays(graph_def) -> bool:
-    return any(n.op == "TensorArrayV3" for n in graph_def.node)
+    """Whether `graph_def` or a function of its library makes a TF1 TensorArray."""
+    return any(n.op == "TensorArrayV3" for n in graph_def.node) or any(
+        n.op == "TensorArrayV3" for f in graph_def.library.function for n in f.node_def)
 
 
 def as_tensor_lists(graph_def, shapes=None):
-    """A copy of `graph_def` with its TensorArrays (those made in the outer graph, and carried
-    into While loops) as TensorLists; `graph_def` itself where it has none, or where one is
+    """A copy of `graph_def` with its TensorArrays (made in the outer graph or in loop bodies,
+    and carried into While loops) as TensorLists; `graph_def` itself where it has none, or where one is
     used in a way this rewrite does not know (logged). `shapes`: {tensor name: TensorShape}
     of the outer graph's tensors, where known (what is scattered into an array)."""
     from tensorflow.core.framework import graph_pb2
@@ -211,7 +213,7 @@ class _Rewrite:
                 pass
             elif node.op in ARRAY_OPS:
                 self._follow_array_op(nodes, node, inputs, handles, flows)
-            elif node.op == "While" and any(i in handles or i in flows for i in inputs):
+            elif node.op == "While" and (any(i in handles or i in flows for i in inputs) or self._makes_arrays(node)):
                 body.loops[node.name] = self._follow_loop(node, inputs, handles, flows)
             elif any(i in handles or i in flows for i in inputs):
                 raise NotRewritten(f"{node.name} ({node.op}) reads a TensorArray's handle or flow")
@@ -253,6 +255,17 @@ class _Rewrite:
         for k, array in carried.items():
             handles[(node.name, k)] = array
         return sorted(carried)
+
+    def _makes_arrays(self, node, depth: int = 0) -> bool:
+        """Whether the bodies of loop `node` (or of loops in them) make a TensorArray."""
+        for attr in ("cond", "body"):
+            fdef = self.library.get(node.attr[attr].func.name)
+            if fdef is None or depth > 32:
+                continue
+            for inner in fdef.node_def:
+                if inner.op == "TensorArrayV3" or inner.op == "While" and self._makes_arrays(inner, depth + 1):
+                    return True
+        return False
 
     def _function(self, name: str):
         if name not in self.library:
@@ -365,6 +378,9 @@ class _Rewrite:
 
         carried = set(body.loops[node.name])
         threaded = {k for k, i in enumerate(inputs) if i in body.flows}
+        if not carried and not threaded:  # its bodies make arrays of their own: its signature stays
+            _write_inputs(nodes, node, inputs, renames, dropped)
+            return
         types = list(node.attr["T"].list.type)
         keep = [k for k in range(len(types)) if k not in carried]
         for k in keep:  # the loop's outputs, renumbered past the handles
