@@ -99,7 +99,16 @@ def inner_arrays(x):
     tf.identity(tf.shape(h), name="h")
 
 
-GRAPHS = {"rnn": rnn, "growing": growing, "nested": nested, "straight": straight, "inner_arrays": inner_arrays}
+def cond_arrays(x):
+    """An array written in a tf.cond's branches (each a different value), then stacked."""
+    out = tf.TensorArray(tf.float32, size=2).write(0, x[:, 0])
+    out = tf.cond(tf.reduce_sum(x) > 0, lambda: out.write(1, tf.exp(x[:, 1])), lambda: out.write(1, x[:, 2] * 2.0))
+    tf.identity(out.stack(), name="y")
+    tf.identity(out.size(), name="h")
+
+
+GRAPHS = {"rnn": rnn, "growing": growing, "nested": nested, "straight": straight, "inner_arrays": inner_arrays,
+          "cond_arrays": cond_arrays}  # fmt: skip
 
 
 def _paths(fn):

@@ -10,10 +10,12 @@ pipeline: what the loop body computes is offloaded, the list ops stay TF's.
 
 The rule: every op of an array reads its current value from the flow it is given (TF1's
 Python API hands each op the flow of the last change), so the flow is the list. A handle may
-only reach TensorArray ops, Identity nodes and While loops (whose bodies pass it through);
+only reach TensorArray ops, Identity nodes, While loops (whose bodies pass it through) and
+If nodes (whose branches return flows, not handles);
 anything else reading a handle or a flow, or a gradient array, leaves the graph as it is
 (`as_tensor_lists` logs why), in TF, as before. Arrays made in the outer graph are followed
-into the loops that carry them, and loops whose bodies make arrays are followed into too.
+into the loops and conds that take them, and loops and conds whose functions make arrays
+are followed into too.
 
 Element shapes: TensorArrayV3's `element_shape` attr, the shape of what is scattered into the
 array in the outer graph and the `element_shape` attr TF1 records on gathers and concats
@@ -42,6 +44,9 @@ _AS_LIST = {
 }
 _CHANGES = {"TensorArrayWriteV3", "TensorArrayScatterV3", "TensorArraySplitV3"}  # output 0: the new flow
 _PASS_THROUGH = {"Identity", "StopGradient"}
+_CONDS = ("If", "StatelessIf")
+_FUNCTION_ATTRS = {"While": ("cond", "body"), "If": ("then_branch", "else_branch"),
+                   "StatelessIf": ("then_branch", "else_branch")}  # fmt: skip
 
 
 class NotRewritten(ValueError):
@@ -173,7 +178,8 @@ class _Body:
 
     def __init__(self, nodes: _Nodes, handles: dict, flows: dict):
         self.nodes, self.handles, self.flows = nodes, handles, flows
-        self.loops: dict = {}
+        self.loops: dict = {}  # While node -> the input positions that carry handles
+        self.conds: dict = {}  # If node -> (input positions that carry handles, outputs that are flows)
         self.order: list = []
         self.inputs: dict = {}
         fdef = nodes.fdef  # a function's results, read as its nodes' inputs are
@@ -215,6 +221,8 @@ class _Rewrite:
                 self._follow_array_op(nodes, node, inputs, handles, flows)
             elif node.op == "While" and (any(i in handles or i in flows for i in inputs) or self._makes_arrays(node)):
                 body.loops[node.name] = self._follow_loop(node, inputs, handles, flows)
+            elif node.op in _CONDS and (any(i in handles or i in flows for i in inputs[1:]) or self._makes_arrays(node)):
+                body.conds[node.name] = self._follow_branches(node, inputs, handles, flows)
             elif any(i in handles or i in flows for i in inputs):
                 raise NotRewritten(f"{node.name} ({node.op}) reads a TensorArray's handle or flow")
         return body
@@ -256,14 +264,42 @@ class _Rewrite:
             handles[(node.name, k)] = array
         return sorted(carried)
 
+    def _follow_branches(self, node, inputs, handles, flows) -> tuple:
+        """(input positions that carry handles, output positions that are flows) of `node`
+        (an If: input 0 its condition, the rest its branches' arguments); both branches
+        followed with their arguments known. Each output must be a flow of one array in
+        both branches, or of none; a handle never comes out."""
+        carried = {k: handles[i] for k, i in enumerate(inputs) if k and i in handles}
+        threaded = {k: flows[i] for k, i in enumerate(inputs) if k and i in flows}
+        results = []
+        for attr in ("then_branch", "else_branch"):
+            fdef = self._function(node.attr[attr].func.name)
+            arg_names = [a.name for a in fdef.signature.input_arg]
+            nodes = _Nodes(fdef.node_def, fdef)
+            inner = self.find(nodes, {(arg_names[k - 1], 0): a for k, a in carried.items()},
+                              {(arg_names[k - 1], 0): a for k, a in threaded.items()})  # fmt: skip
+            outputs = [inner.returns[a.name] for a in fdef.signature.output_arg]
+            if any(o in inner.handles for o in outputs):
+                raise NotRewritten(f"branch {fdef.signature.name} returns a TensorArray's handle")
+            results.append([inner.flows.get(o) for o in outputs])
+        flow_outputs = set()
+        for k, (then, other) in enumerate(zip(*results)):
+            if then is not other:
+                raise NotRewritten(f"the branches of {node.name} return different arrays at output {k}")
+            if then is not None:
+                flows[(node.name, k)] = then
+                flow_outputs.add(k)
+        return sorted(carried), flow_outputs
+
     def _makes_arrays(self, node, depth: int = 0) -> bool:
-        """Whether the bodies of loop `node` (or of loops in them) make a TensorArray."""
-        for attr in ("cond", "body"):
+        """Whether the functions of `node` (a loop's or a cond's, or of loops and conds in
+        them) make a TensorArray."""
+        for attr in _FUNCTION_ATTRS[node.op]:
             fdef = self.library.get(node.attr[attr].func.name)
             if fdef is None or depth > 32:
                 continue
             for inner in fdef.node_def:
-                if inner.op == "TensorArrayV3" or inner.op == "While" and self._makes_arrays(inner, depth + 1):
+                if inner.op == "TensorArrayV3" or inner.op in _FUNCTION_ATTRS and self._makes_arrays(inner, depth + 1):
                     return True
         return False
 
@@ -311,6 +347,8 @@ class _Rewrite:
                 _write_inputs(nodes, node, inputs, renames, dropped)
             elif node.name in body.loops:
                 self._as_list_loop(nodes, node, inputs, body, renames, dropped)
+            elif node.name in body.conds:
+                self._as_list_cond(nodes, node, inputs, body, renames, dropped)
             else:
                 _write_inputs(nodes, node, inputs, renames, dropped)
         kept = [n.__deepcopy__() for n in nodes.nodes if n.name not in dropped]
@@ -396,10 +434,39 @@ class _Rewrite:
         if "_read_only_resource_inputs" in node.attr:
             del node.attr["_read_only_resource_inputs"]
         for attr in ("cond", "body"):
-            _rewrite_signature(self.library[node.attr[attr].func.name], carried, threaded, attr == "body")
+            body_outputs = (carried, threaded) if attr == "body" else (set(), set())
+            _rewrite_signature(self.library[node.attr[attr].func.name], carried, threaded, *body_outputs)
         controls = [i for i in node.input if i.startswith("^") and i[1:] not in dropped]
         del node.input[:]
         node.input.extend([_rename(nodes, inputs[k], renames) for k in keep] + controls)
+
+    def _as_list_cond(self, nodes, node, inputs, body, renames, dropped) -> None:
+        """An If's handle inputs gone, its flow inputs and outputs variants; its branches'
+        signatures to match (argument k is input k + 1)."""
+        from tensorflow.core.framework import types_pb2
+
+        carried, flow_outputs = body.conds[node.name]
+        threaded = {k for k, i in enumerate(inputs) if k and i in body.flows}
+        if carried or threaded or flow_outputs:
+            tin = list(node.attr["Tin"].list.type)
+            del node.attr["Tin"].list.type[:]
+            node.attr["Tin"].list.type.extend(types_pb2.DT_VARIANT if k + 1 in threaded else t
+                                              for k, t in enumerate(tin) if k + 1 not in carried)  # fmt: skip
+            tout = list(node.attr["Tout"].list.type)
+            del node.attr["Tout"].list.type[:]
+            node.attr["Tout"].list.type.extend(types_pb2.DT_VARIANT if k in flow_outputs else t for k, t in enumerate(tout))
+            for attr in ("output_shapes", "_output_shapes"):
+                if attr in node.attr and len(node.attr[attr].list.shape) == len(tout):
+                    for k in flow_outputs:
+                        node.attr[attr].list.shape[k].CopyFrom(_scalar_shape())
+            if "_read_only_resource_inputs" in node.attr:
+                del node.attr["_read_only_resource_inputs"]
+            args = ({k - 1 for k in carried}, {k - 1 for k in threaded})
+            for attr in ("then_branch", "else_branch"):
+                _rewrite_signature(self.library[node.attr[attr].func.name], *args, set(), flow_outputs)
+        controls = [i for i in node.input if i.startswith("^") and i[1:] not in dropped]
+        del node.input[:]
+        node.input.extend([_rename(nodes, i, renames) for k, i in enumerate(inputs) if k not in carried] + controls)
 
 
 def _rename(nodes, ref, renames) -> str:
@@ -417,23 +484,24 @@ def _rewrite_returns(nodes, body, renames) -> None:
         nodes.fdef.ret[name] = _rename(nodes, body.returns[name], renames)
 
 
-def _rewrite_signature(fdef, carried: set, threaded: set, returns: bool) -> None:
-    """`fdef`'s arguments (and, for a loop body, results) without the handle positions and
-    with variants at the flow positions."""
+def _rewrite_signature(fdef, carried: set, threaded: set, dropped_results: set, variant_results: set) -> None:
+    """`fdef`'s arguments without the handle positions `carried` and with variants at the flow
+    positions `threaded`; its results without `dropped_results`, variants at `variant_results`
+    (a loop body's results are its arguments' positions; a branch's its cond's outputs)."""
     from tensorflow.core.framework import types_pb2
 
-    def kept(args):
+    def kept(args, dropped, variants):
         out = []
         for k, arg in enumerate(args):
-            if k in carried:
+            if k in dropped:
                 continue
             copy = arg.__deepcopy__()
-            if k in threaded:
+            if k in variants:
                 copy.type = types_pb2.DT_VARIANT
             out.append(copy)
         return out
 
-    inputs = kept(fdef.signature.input_arg)
+    inputs = kept(fdef.signature.input_arg, carried, threaded)
     arg_attr = {k: fdef.arg_attr[k] for k in fdef.arg_attr}
     keep = [k for k in range(len(fdef.signature.input_arg)) if k not in carried]
     del fdef.signature.input_arg[:]
@@ -443,12 +511,11 @@ def _rewrite_signature(fdef, carried: set, threaded: set, returns: bool) -> None
     for new, old in enumerate(keep):
         if old in arg_attr and old not in threaded:
             fdef.arg_attr[new].CopyFrom(arg_attr[old])
-    if returns:
-        outputs = list(fdef.signature.output_arg)
-        for k in carried:
-            del fdef.ret[outputs[k].name]
-        del fdef.signature.output_arg[:]
-        fdef.signature.output_arg.extend(kept(outputs))
+    outputs = list(fdef.signature.output_arg)
+    for k in dropped_results:
+        del fdef.ret[outputs[k].name]
+    del fdef.signature.output_arg[:]
+    fdef.signature.output_arg.extend(kept(outputs, dropped_results, variant_results))
 
 
 def _constant(nodes: _Nodes, name: str, value) -> str:
