@@ -20,6 +20,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from pathlib import Path
 
 import numpy as np
 
@@ -286,6 +287,7 @@ def leaks(eager: int, graph: int) -> dict:
 
 
 PROGRESS_MARK = "# graph "  # the progress file's first line: how many graphs this one makes
+FOUND_SUFFIX = ".found"  # beside the progress file: the differences found so far, a JSON line each
 
 
 def graphs(count: int, seed: int, progress_file: str | None) -> dict:
@@ -314,6 +316,9 @@ def graphs(count: int, seed: int, progress_file: str | None) -> dict:
         differences = graph_fuzz.differences(recipe, feeds)
         if differences:
             found.append({"graph": str(recipe), "feeds": [a.tolist() for a in feeds], "differences": differences})
+            if progress_file:  # kept if this process dies later
+                with open(progress_file + FOUND_SUFFIX, "a") as f:
+                    f.write(json.dumps(found[-1]) + "\n")
 
     start = time.perf_counter()
     run()
@@ -333,6 +338,9 @@ def run_part(part: str, args) -> dict:
         env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2")
         child = subprocess.run(cmd, capture_output=True, text=True, env=env)
         last = progress.read()
+        found_path = Path(progress.name + FOUND_SUFFIX)
+        found = [json.loads(line) for line in found_path.read_text().splitlines()] if found_path.exists() else []
+        found_path.unlink(missing_ok=True)
     lines = [ln for ln in child.stdout.splitlines() if ln.startswith("RESULT ")]
     if child.returncode == 0 and lines:
         return {"part": part, "crashes": 0, **json.loads(lines[-1][7:])}
@@ -341,6 +349,7 @@ def run_part(part: str, args) -> dict:
               "last case": last, "stderr": child.stderr[-3000:]}  # fmt: skip
     if last.startswith(PROGRESS_MARK):  # the graphs run before this one, each with TF's answer or listed
         result["graphs before"] = int(last.splitlines()[0][len(PROGRESS_MARK):]) - 1
+        result["differences before"] = found
     return result
 
 
