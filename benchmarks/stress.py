@@ -344,6 +344,9 @@ def run_part(part: str, args) -> dict:
     lines = [ln for ln in child.stdout.splitlines() if ln.startswith("RESULT ")]
     if child.returncode == 0 and lines:
         return {"part": part, "crashes": 0, **json.loads(lines[-1][7:])}
+    if lines:  # the part finished and printed its result, then the process died on its way out
+        return {"part": part, "crashes": 1, "crashed": "at exit, after its result", "exit status": child.returncode,
+                **json.loads(lines[-1][7:]), "stderr": child.stderr[-1000:]}  # fmt: skip
     crashed = child.returncode < 0  # killed by a signal: a segfault or an abort
     result = {"part": part, "crashes": int(crashed), "failed": not crashed, "exit status": child.returncode,
               "last case": last, "stderr": child.stderr[-3000:]}  # fmt: skip
