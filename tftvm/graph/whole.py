@@ -137,7 +137,7 @@ def to_relax(frozen, run_in_tf, deny=frozenset()):
     ctx.in_vm = True
     with bb.function("main", params):
         with bb.dataflow():  # a dataflow block: what FuseOps fuses
-            fallbacks = _convert_nodes(bb, ctx, frozen, env, run_in_tf, deny)
+            fallbacks = _convert_nodes(ctx, frozen, env, run_in_tf, deny)
             # a shape the graph returns (tf.shape of a loop's result) as the int tensor TF gives
             outputs = [shape_tensor(ctx, env[t.name], t.dtype.name) if isinstance(env[t.name], ShapeValue)
                        else env[t.name] for t in frozen.outputs]  # fmt: skip
@@ -146,20 +146,20 @@ def to_relax(frozen, run_in_tf, deny=frozenset()):
     return merge_symbols(bb.get(), ctx), fallbacks
 
 
-def _convert_nodes(bb, ctx, frozen, env, run_in_tf, deny) -> list[Fallback]:
+def _convert_nodes(ctx, frozen, env, run_in_tf, deny) -> list[Fallback]:
     # The VM calls each fallback by a process-wide name: unique per compiled model, so
     # that models loaded side by side (same node names, say) never call each other's.
     prefix = f"tftvm.fallback.{uuid.uuid4().hex[:16]}"
     fallbacks = []
 
     def fall_back(node, reason):  # the policy here: the node runs in TF, called from the VM
-        fallbacks.append(_fall_back(bb, frozen, env, run_in_tf, prefix, [node], reason))
+        fallbacks.append(_fall_back(ctx, frozen, env, run_in_tf, prefix, [node], reason))
 
     island_of = islands(frozen)
     for unit in _units(frozen.graph_def, island_of):
         if len(unit) > 1 or unit[0].name in island_of:
             reason = _island_reason(frozen.graph, unit)
-            fallbacks.append(_fall_back(bb, frozen, env, run_in_tf, prefix, unit, reason))
+            fallbacks.append(_fall_back(ctx, frozen, env, run_in_tf, prefix, unit, reason))
             continue
         node = unit[0]
         if node.op == "Placeholder" or node.op in _SKIP:
@@ -191,8 +191,9 @@ def _dims(t) -> list:
             for d, s in enumerate(t.shape.as_list())]  # fmt: skip
 
 
-def _fall_back(bb, frozen, env, run_in_tf, prefix, unit, reason) -> Fallback:
-    """Emit the call into TF for the nodes of `unit` and bind what they give back."""
+def _fall_back(ctx, frozen, env, run_in_tf, prefix, unit, reason) -> Fallback:
+    """Emit the call into TF for the nodes of `unit` and bind what they give back. A shape
+    value it reads (kept symbolic by the converters) is passed as the int tensor TF has there."""
     graph = frozen.graph
     names = {n.name for n in unit}
     feeds, fetches, outputs = [], [], []
@@ -215,19 +216,11 @@ def _fall_back(bb, frozen, env, run_in_tf, prefix, unit, reason) -> Fallback:
                   [n.name for n in unit])  # fmt: skip
     run_in_tf(fb)
     if outputs:
-        _call_tf(bb, env, fb, [_materialize(env[f]) for f in feeds], outputs)
+        args = [shape_tensor(ctx, env[f], graph.get_tensor_by_name(f).dtype.name) if isinstance(env[f], ShapeValue)
+                else env[f] for f in feeds]  # fmt: skip
+        _call_tf(ctx.bb, env, fb, args, outputs)
     log.info("%s (%s) runs in TF: %s", fb.node, fb.op, reason)
     return fb
-
-
-def _materialize(value):
-    """A value the VM can pass to TF: shape values (kept symbolic by the converters) become tensors."""
-    from tvm import relax
-
-    if isinstance(value, ShapeValue):
-        tensor = relax.op.shape_to_tensor(relax.ShapeExpr(list(value)))
-        return relax.op.reshape(tensor, []) if value.scalar else tensor
-    return value
 
 
 def _call_tf(bb, env, fb: Fallback, args, outputs) -> None:
