@@ -125,6 +125,40 @@ def test_hand_written_while_loop(rng):
     assert kinds[0] == kinds[2] == kinds[3] == "Placeholder" and kinds[4] == "Const", kinds
 
 
+def _loop_with_a_weight(x):
+    """A loop step h -> tanh(h @ (0.5 w^T) + b): w (512 x 512 float32, 1 MiB) is a weight, b is not."""
+    w = tf.constant(np.linspace(-0.05, 0.05, 512 * 512, dtype=np.float32).reshape(512, 512))
+    b = tf.constant(np.linspace(-0.5, 0.5, 512, dtype=np.float32))
+
+    def step(i, h):
+        return i + 1, tf.tanh(tf.matmul(h, tf.transpose(w) * 0.5) + b)
+
+    _, h = tf.while_loop(lambda i, h: i < 3, step, [tf.constant(0), x])
+    return h
+
+
+def test_a_loop_keeps_a_large_constant_as_a_weight_argument(rng):
+    """A body does not take copies of large loop-invariant constants (an LLM's decode loop
+    takes all of its weights): they stay arguments, and what is computed from them alone (the
+    transpose, the scaling) is a memoized kernel; small ones are still folded."""
+    sig = [tf.TensorSpec([None, 512])]
+    fast = tftvm.optimize(_loop_with_a_weight, sig, keep_faster=False)
+    compiled = tftvm.compile_model(_loop_with_a_weight, sig, keep_faster=False)
+    for batch in (1, 3):
+        x = rng.standard_normal((batch, 512)).astype(np.float32)
+        want = _loop_with_a_weight(tf.constant(x)).numpy()
+        np.testing.assert_allclose(fast(x).numpy(), want, rtol=1e-4, atol=1e-5)
+        np.testing.assert_allclose(compiled(x).numpy(), want, rtol=1e-4, atol=1e-5)
+    (body,) = fast.bodies
+    kinds = {t.name: t.op.type for t in body.frozen.inputs}  # loop counter, max iterations, i, h, w, b
+    (weight,) = body.frozen.weights
+    assert kinds[weight] == "Placeholder" and list(kinds.values()).count("Const") == 2, kinds  # b, max iterations
+    nodes = [n for f in body.function_defs for n in f.node_def]
+    largest = max(len(n.attr["value"].tensor.tensor_content) for n in nodes if n.op == "Const")
+    assert largest < 512 * 512 * 4
+    assert any(n.op == "TvmCall" and n.attr["memoize"].b for n in nodes)
+
+
 def test_cond_inside_a_loop_body(rng):
     def model(x):
         return _hand_written_loop(x, nested=True)

@@ -29,6 +29,8 @@ from .graph.offload.pipeline import offload
 from .graph.offload.report import ConversionReport, OpInTF, in_tf_with_bodies
 from .graph.tfgraph.freeze import FrozenGraph, freeze
 from .graph.tfgraph.functions import graph_runner, register_functions, with_new_function_names
+from .graph.tfgraph.names import tensor_name
+from .graph.tfgraph.subgraph import cut_out
 
 log = logging.getLogger(__name__)
 
@@ -425,7 +427,9 @@ def compile_model(model, input_signature, *, fallback: str = "tf", target=None, 
     deny = frozenset(deny or ())
     frozen = freeze(model, input_signature)
     # Loop and branch bodies get their compute as tftvm ops; the loops run in TF, called by the VM.
-    frozen, bodies = control_flow.optimize_bodies(frozen, lambda body: offload(body, target=target, deny=deny))
+    # (A body's weights are constants: what is computed from them alone runs once, memoized.)
+    frozen, bodies = control_flow.optimize_bodies(
+        frozen, lambda body: offload(body, target=target, deny=deny, memoize_weights=True))
     if fallback == "error":
         _, needed = whole.to_relax(frozen, lambda fb: None, deny)
         if needed:
@@ -695,10 +699,12 @@ def _eager_op(op, num_outputs: int, picked: list[int]):
 def _pruned(frozen, feeds: list[str], fetches: list[str]):
     import tensorflow as tf
 
-    graph_def = with_new_function_names(frozen.graph_def)  # its loop bodies may be registered already
+    part, placeholders = cut_out(frozen.graph, frozen.graph_def, feeds, fetches)
+    fetches = [dict(zip(map(tensor_name, feeds), placeholders)).get(tensor_name(f), f) for f in fetches]
+    graph_def = with_new_function_names(part)  # its loop bodies may be registered already
     wrapped = tf.compat.v1.wrap_function(lambda: tf.graph_util.import_graph_def(graph_def, name=""), [])
     graph = wrapped.graph
-    feeds = [graph.get_tensor_by_name(f) for f in feeds]
+    feeds = [graph.get_tensor_by_name(f + ":0") for f in placeholders]
     # A positional signature: without it every call first fails TF's structured binding,
     # whose error message prints each input's values (more than an LSTM's loop step costs).
     signature = [tf.TensorSpec(f.shape, f.dtype) for f in feeds]

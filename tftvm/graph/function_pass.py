@@ -114,8 +114,8 @@ def _as_frozen(graph_def, function_def):
     results = sorted((n for n in graph_def.node if n.op == "_Retval"), key=lambda n: n.attr["index"].i)
     outputs = [tensor_name(r.input[0]) for r in results]
     graph, inputs = _imported(graph_def, args, function_def)
-    graph, inputs = _imported(fold_constants(graph, outputs + list(function_def.control_ret.values())),
-                              args, function_def)  # fmt: skip
+    folded = fold_constants(graph.as_graph_def(), outputs + list(function_def.control_ret.values()))
+    graph, inputs = _imported(folded, args, function_def)
     return FrozenGraph(graph, graph.as_graph_def(), inputs, [graph.get_tensor_by_name(t) for t in outputs],
                        None), args, results  # fmt: skip
 

@@ -104,8 +104,9 @@ def optimize(fn, input_signature=None, *, cache_size: int = 8, min_cluster_size:
 
         return AdaptiveOptimized(fn, lambda sig, **changed: optimize(fn, sig, **{**options, **changed}), cache_size)
     frozen = freeze(fn, input_signature)
-    frozen, bodies = control_flow.optimize_bodies(frozen, lambda body: offload(body, **{**options, "progress": None}),
-                                                  strict=strict)  # fmt: skip
+    # A body's weights are constants: what is computed from them alone runs once, memoized.
+    in_bodies = {**options, "progress": None, "memoize_weights": True}
+    frozen, bodies = control_flow.optimize_bodies(frozen, lambda body: offload(body, **in_bodies), strict=strict)
     clusters, reasons, run = offload(frozen, **options)
     optimized = Optimized(frozen, clusters, reasons, run, input_signature,
                           lambda **changed: optimize(fn, input_signature, **{**options, **changed}))  # fmt: skip

@@ -19,7 +19,7 @@ import dataclasses
 import itertools
 import logging
 
-from ..tfgraph.freeze import FrozenGraph, imported, with_handle_data
+from ..tfgraph.freeze import WEIGHT_BYTES, FrozenGraph, imported, with_handle_data
 from ..tfgraph.functions import prune_library
 from ..frontend.support import NOT_COMPUTE
 
@@ -155,11 +155,15 @@ def body_graph(graph_def, fdef, shapes, constants=None, loop=False, handles=None
     keeps the HandleData in `handles` ({argument index: HandleData}, a variable's dtype and
     shape), so the body's reads of it have a shape.
 
-    `constants` ({argument index: TensorProto}, what the caller passes as a Const) become Const
-    nodes, and what only depends on them is folded (e.g. the slices of an RNN's weights), as
-    freeze folds the main graph; in a loop (`loop=True`) only the arguments the body passes on
-    unchanged, which stay the same in every iteration. The argument keeps its place among the
-    inputs (the function's signature stays) but nothing reads it any more."""
+    `constants` ({argument index: the caller's Const tensor}) become Const nodes, and what only
+    depends on them is folded (e.g. the slices of an RNN's weights), as freeze folds the main
+    graph; in a loop (`loop=True`) only the arguments the body passes on unchanged, which stay
+    the same in every iteration. The argument keeps its place among the inputs (the function's
+    signature stays) but nothing reads it any more. A constant of `WEIGHT_BYTES` or more stays
+    an argument, named in the result's `weights`: folded, it would be copied into the body
+    graph, its trace, the new function and the library (an LLM's decode loop takes all of its
+    weights), and what is computed from weights alone runs once per buffer anyway when the
+    offload memoizes it (pipeline.offload's `memoize_weights`)."""
     import tensorflow as tf
     from tensorflow.python.framework import function_def_to_graph
 
@@ -179,13 +183,16 @@ def body_graph(graph_def, fdef, shapes, constants=None, loop=False, handles=None
     output_names = [flat[fdef.ret[a.name]] for a in fdef.signature.output_arg]
     constants = dict(constants or {})
     if loop:
-        constants = {i: v for i, v in constants.items() if _passes_on(body, output_names, i)}
+        constants = {i: t for i, t in constants.items() if _passes_on(body, output_names, i)}
+    weights = {i for i, t in constants.items() if t.shape.num_elements() * t.dtype.size >= WEIGHT_BYTES}
+    constants = {i: t.op.get_attr("value") for i, t in constants.items() if i not in weights}
     folded = _with_constants(body, constants, output_names + input_names) if constants else None
     for candidate in ([folded] if folded is not None else []) + [body]:
         try:
             graph = imported(candidate)
             return FrozenGraph(graph, candidate, [graph.get_tensor_by_name(t) for t in input_names],
-                               [graph.get_tensor_by_name(t) for t in output_names], None)  # fmt: skip
+                               [graph.get_tensor_by_name(t) for t in output_names], None,
+                               weights=frozenset(input_names[i] for i in weights))  # fmt: skip
         except (KeyError, ValueError) as err:  # folding lost a node: the body as it is
             if candidate is body:
                 raise
@@ -205,8 +212,8 @@ def _passes_on(body, output_names, index) -> bool:
 
 
 def _with_constants(body, constants, keep):
-    """`body` with the placeholders of `constants` made Const nodes, and constants folded
-    (the tensors in `keep` stay)."""
+    """`body` with the placeholders of `constants` ({index: TensorProto}) made Const nodes, and
+    constants folded (the tensors in `keep` stay)."""
     import tensorflow as tf
 
     from ..tfgraph.freeze import fold_constants
@@ -220,7 +227,7 @@ def _with_constants(body, constants, keep):
         node.attr.clear()
         node.attr["dtype"].type = dtype
         node.attr["value"].tensor.CopyFrom(value)
-    folded = fold_constants(imported(out), keep)
+    folded = fold_constants(out, keep)
     folded.library.CopyFrom(body.library)
     return folded
 
@@ -239,10 +246,11 @@ def _input_shapes(node, frozen) -> list:
 
 
 def _constant_inputs(node, frozen) -> dict:
-    """{argument index: TensorProto} for the arguments of `node`'s bodies that are Consts."""
+    """{argument index: Const tensor} for the arguments of `node`'s bodies that are Consts
+    (their values are read only where they are folded: a weight's is large)."""
     op = frozen.graph.get_operation_by_name(node.name)
     inputs = list(op.inputs)[1:] if node.op in ("If", "StatelessIf") else list(op.inputs)
-    return {i: t.op.node_def.attr["value"].tensor for i, t in enumerate(inputs) if t.op.type == "Const"}
+    return {i: t for i, t in enumerate(inputs) if t.op.type == "Const" and t.shape.is_fully_defined()}
 
 
 def _handles(node, frozen, lists) -> dict:
@@ -313,4 +321,4 @@ def _with_functions(graph_def, bodies):
 def _reimported(frozen, graph_def) -> FrozenGraph:
     graph = imported(graph_def)
     tensors = [[graph.get_tensor_by_name(t.name) for t in ts] for ts in (frozen.inputs, frozen.outputs)]
-    return FrozenGraph(graph, graph_def, *tensors, frozen.structured_outputs)
+    return FrozenGraph(graph, graph_def, *tensors, frozen.structured_outputs, frozen.weights)

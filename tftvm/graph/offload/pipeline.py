@@ -31,7 +31,8 @@ def offload(frozen, *, min_cluster_size=3, max_clusters=None, allow=None, deny=N
     `kept` ({node name: why}) names nodes that must stay TF nodes. `tvm_must_win_by`: with
     `keep_faster`, a cluster stays in TVM only where its own timing is this many times
     faster than TF's (ties go to TF). `memoize_weights`: what is computed from variables
-    alone runs again only when they change (a graph that does not update its variables).
+    (and a body's constant weights) alone runs again only when they change (a graph that does
+    not update its variables).
     `precision`: "f32", or "bf16" for products on the CPU's bf16 units (lowering/precision.py)."""
     nodes = list(frozen.graph_def.node)
     reasons = {}
@@ -82,7 +83,7 @@ def _compile(step, frozen, target, strict, database, memoize_weights=False, prec
     try:
         specs = [(t, frozen.tensor(t).dtype.name, tuple(frozen.tensor(t).shape.as_list())) for t in step.inputs]
         mod = to_relax(step.nodes, specs, step.outputs)
-        weights = [i for i, t in enumerate(step.inputs) if _reads_a_variable(frozen.tensor(t))]
+        weights = [i for i, t in enumerate(step.inputs) if _is_weight(frozen, frozen.tensor(t))]
         step.program = RelaxProgram(mod, name=f"cluster{step.index}", target=target, database=database,
                                           weights=weights, memoize_weights=memoize_weights, precision=precision)  # fmt: skip
     except Exception as err:  # any failure leaves the cluster (or the refusing node) in TF, with the reason
@@ -96,11 +97,12 @@ def _compile(step, frozen, target, strict, database, memoize_weights=False, prec
     return refused
 
 
-def _reads_a_variable(tensor) -> bool:
-    """Is `tensor` a variable's value (under enable(), a model's weights are variables)?"""
+def _is_weight(frozen, tensor) -> bool:
+    """Is `tensor` a variable's value (under enable(), a model's weights are variables) or a
+    weight a loop body takes as an argument (`FrozenGraph.weights`)?"""
     while tensor.op.type == "Identity":
         tensor = tensor.op.inputs[0]
-    return tensor.op.type == "ReadVariableOp"
+    return tensor.op.type == "ReadVariableOp" or tensor.name in frozen.weights
 
 
 def _refine_shapes(step, frozen) -> None:

@@ -11,6 +11,9 @@ class FrozenGraph:
     inputs: list  # input tensors (placeholders), in signature order
     outputs: list  # output tensors, flattened
     structured_outputs: object  # the function's output structure
+    # Inputs (tensor names) that hold a constant weight: a loop body's large loop-invariant
+    # constants stay arguments (control_flow.body_graph); the offload treats them as variables.
+    weights: frozenset = frozenset()
 
     def tensor(self, name: str):
         return self.graph.get_tensor_by_name(name)
@@ -20,34 +23,57 @@ def freeze(fn, input_signature) -> FrozenGraph:
     """Trace `fn` (tf.function, tf.Module with __call__, Keras model, or plain callable),
     turn variables into constants and fold what is constant (static shapes included)."""
     import tensorflow as tf
-    from tensorflow.python.framework import convert_to_constants
 
     from .functionalize import as_tf2
     from .inline import inline_calls
 
     function = fn if hasattr(fn, "get_concrete_function") else tf.function(fn)
     concrete = function.get_concrete_function(*input_signature)
-    # While/If stay functional nodes (RNN layers emit them): one node each, acyclic.
-    frozen = convert_to_constants.convert_variables_to_constants_v2(concrete, lower_control_flow=False)
-    inputs = [t.name for t in frozen.inputs]
-    outputs = [t.name for t in frozen.outputs]
+    traced, inputs, outputs = _without_variables(concrete)
     # nested jit calls inlined too; TF1 loops and TensorArrays in TF2's forms
-    traced = frozen.graph.as_graph_def()
-    rewritten = as_tf2(inline_calls(traced))
-    graph_def = fold_constants(frozen.graph if rewritten is traced else imported(rewritten), outputs)
+    graph_def = fold_constants(as_tf2(inline_calls(traced)), outputs)
     graph = imported(graph_def)
     return FrozenGraph(graph, graph_def, [graph.get_tensor_by_name(t) for t in inputs],
                        [graph.get_tensor_by_name(t) for t in outputs], concrete.structured_outputs)  # fmt: skip
 
 
-def fold_constants(graph, outputs):
+def _without_variables(concrete):
+    """(GraphDef, input names, output names) of ConcreteFunction `concrete` with its variables
+    made Consts; While/If stay functional nodes (RNN layers emit them: one node each, acyclic).
+
+    TF's convert_variables_to_constants_v2 does this in two steps and then builds a
+    ConcreteFunction of the result (imported, its functions registered), which holds several
+    copies of a model's weights at once, for a graph that freeze only reads as a GraphDef: the two steps are called here, and the public function
+    where a TF version lacks them."""
+    from tensorflow.python.framework import convert_to_constants as convert
+    from tensorflow.python.util import object_identity
+
+    data = getattr(convert, "_FunctionConverterDataInEager", None)
+    replace = getattr(convert, "_replace_variables_by_constants", None)
+    if data is None or replace is None:
+        frozen = convert.convert_variables_to_constants_v2(concrete, lower_control_flow=False)
+        return frozen.graph.as_graph_def(), [t.name for t in frozen.inputs], [t.name for t in frozen.outputs]
+    graph_def, converted = replace(converter_data=data(func=concrete, lower_control_flow=False, aggressive_inlining=False))
+    captures = concrete.graph.internal_captures
+    constants = object_identity.ObjectIdentitySet(captures[i] for i in converted)
+    return graph_def, [t.name for t in concrete.inputs if t not in constants], [t.name for t in concrete.outputs]
+
+
+def fold_constants(graph_def, outputs):
     """Grappler's constant folding only (as TF-TRT runs it): e.g. Shape of a static tensor
-    becomes a Const, so the Reshape fed by it can be converted."""
-    import tensorflow as tf
+    becomes a Const, so the Reshape fed by it can be converted.
+
+    Constants of `WEIGHT_BYTES` or more (weights) are Placeholders of their dtype and shape
+    while Grappler runs, and the same Consts again after: Grappler holds several copies of
+    the graph it is given at once, and folding writes a new Const for each Identity of a
+    weight (freezing makes one per read of a variable): an LLM's weights many times over.
+    What is computed from weights alone is folded when a cluster or model is compiled
+    (Relax's FoldConstant), or memoized where they are arguments."""
     from tensorflow.core.protobuf import config_pb2, meta_graph_pb2
     from tensorflow.python.grappler import tf_optimizer
 
-    meta = tf.compat.v1.train.export_meta_graph(graph_def=graph.as_graph_def(), graph=graph)
+    light, weights = _weights_as_placeholders(graph_def)
+    meta = meta_graph_pb2.MetaGraphDef(graph_def=light)
     fetch = meta_graph_pb2.CollectionDef()
     fetch.node_list.value.extend(outputs)
     meta.collection_def["train_op"].CopyFrom(fetch)  # what grappler must keep
@@ -55,7 +81,37 @@ def fold_constants(graph, outputs):
     rewrite = config.graph_options.rewrite_options
     rewrite.optimizers.extend(["constfold"])
     rewrite.meta_optimizer_iterations = 1
-    return tf_optimizer.OptimizeGraph(config, meta)
+    folded = tf_optimizer.OptimizeGraph(config, meta)
+    for node in folded.node:
+        if node.op == "Placeholder" and node.name in weights:
+            node.CopyFrom(weights[node.name])
+    return folded
+
+
+# A constant this large is a model's weight, not a shape or an axis (fold_constants,
+# control_flow.body_graph).
+WEIGHT_BYTES = 1 << 20
+
+
+def _weights_as_placeholders(graph_def):
+    """(a copy of `graph_def` whose weight Consts are Placeholders, {name: the Const NodeDef})."""
+    import tensorflow as tf
+
+    light = type(graph_def)()
+    light.versions.CopyFrom(graph_def.versions)
+    light.library.CopyFrom(graph_def.library)
+    weights = {}
+    for node in graph_def.node:
+        value = node.attr["value"].tensor if node.op == "Const" else None
+        size = tf.TensorShape(value.tensor_shape).num_elements() * tf.as_dtype(value.dtype).size if value else 0
+        if size < WEIGHT_BYTES or any(i.startswith("^") for i in node.input):
+            light.node.add().CopyFrom(node)
+            continue
+        weights[node.name] = node
+        placeholder = light.node.add(name=node.name, op="Placeholder", device=node.device)
+        placeholder.attr["dtype"].type = value.dtype
+        placeholder.attr["shape"].shape.CopyFrom(value.tensor_shape)
+    return light, weights
 
 
 def imported(graph_def):

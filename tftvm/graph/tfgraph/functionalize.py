@@ -14,6 +14,8 @@ from __future__ import annotations
 import logging
 import re
 
+from .names import drop_dangling_colocation
+
 log = logging.getLogger(__name__)
 
 # The nodes of TF1's control flow (their Ref- forms read reference variables, frozen away).
@@ -49,7 +51,7 @@ def functional(graph_def):
     for fdef in result.library.function:
         if fdef.signature.name in made:
             _free_constants(fdef)
-    _drop_dangling_colocation(result)
+    drop_dangling_colocation(result)
     result = _named_by_contents(result, made)
     log.info("TF1 control flow made functional: %d While/If nodes", sum(n.op in ("While", "If") for n in result.node))
     return result
@@ -65,20 +67,6 @@ def _free_constants(fdef) -> None:
 
 
 MAX_SHAPE_ROUNDS = 32
-def _drop_dangling_colocation(graph_def) -> None:
-    """Colocation constraints (`_class: loc:@node`) on nodes the pass took away dropped: TF1
-    colocates a cond's input with the Switch that reads it, and the import of a graph whose
-    node names a node it does not hold fails."""
-    names = {n.name for n in graph_def.node}
-    for node in graph_def.node:
-        if "_class" not in node.attr:
-            continue
-        kept = [c for c in node.attr["_class"].list.s if not c.startswith(b"loc:@") or c[5:].decode() in names]
-        if kept:
-            del node.attr["_class"].list.s[:]
-            node.attr["_class"].list.s.extend(kept)
-        else:
-            del node.attr["_class"]
 
 
 _DIGEST = re.compile(r"_tftvm[0-9a-f]{12}$")

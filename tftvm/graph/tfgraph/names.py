@@ -26,3 +26,20 @@ def without_control_inputs(node):
     del copy.input[:]
     copy.input.extend(i for i in node.input if not i.startswith("^"))
     return copy
+
+
+def drop_dangling_colocation(graph_def) -> None:
+    """Colocation constraints (`_class: loc:@node`) naming a node `graph_def` does not hold
+    dropped: the import of a graph whose node names a node it does not hold fails (TF1
+    colocates a cond's input with the Switch that functionalizing takes away; a graph cut
+    out of a bigger one leaves nodes behind)."""
+    names = {n.name for n in graph_def.node}
+    for node in graph_def.node:
+        if "_class" not in node.attr:
+            continue
+        kept = [c for c in node.attr["_class"].list.s if not c.startswith(b"loc:@") or c[5:].decode() in names]
+        if kept:
+            del node.attr["_class"].list.s[:]
+            node.attr["_class"].list.s.extend(kept)
+        else:
+            del node.attr["_class"]
