@@ -18,6 +18,14 @@ ids, then --new tokens to generate; stop tokens off, so every call makes them al
   XLA+enable  compile(jit_compile=True), its first call under the same `tftvm.enable()`, whose
            `jit_compile` option is --jit-compile: "replace" (TVM's clusters and TF's executor
            instead of XLA, the default) or "inside" (TVM's clusters as custom calls in XLA's program)
+  compile_model  `tftvm.compile_model` of the CausalLM's generate step (the prompt's pass and
+           the decoding While loop, one VM program calling the loop's TF node, whose body runs
+           as tftvm ops) for the batch and length, safety net on as a user has it: its first
+           calls decide by turns whether the VM or the frozen graph in TF runs the rest (the
+           prompt's pass; the loop body is TVM's in both) ("in TF", and their median times
+           "VM/frozen TF"); called with the same prompt, in a second child
+           process beside TF of its own (its compiling would share the first one's memory
+           with three more models)
   enable bf16  with --precision bf16: the same, `tftvm.enable(precision="bf16")` (weights and
            activations of the products in bf16: half the bytes a decode step reads), in a
            second child process beside TF of its own (enable() with other options has TF
@@ -71,7 +79,7 @@ def ways(name: str, length: int, names: list[str]) -> dict:
     keras.utils.set_random_seed(0)
     shared = backbone(name, length)
     lms = {}
-    for way in names:
+    for way in names:  # compile_model's is a Keras CausalLM until measure compiles its step
         lm = causal_lm(name, shared)
         lm.compile(sampler="greedy", jit_compile=way.startswith("XLA"))
         lms[way] = lm
@@ -79,7 +87,36 @@ def ways(name: str, length: int, names: list[str]) -> dict:
 
 
 def generated(lm, prompt) -> np.ndarray:
+    if isinstance(lm, CompiledStep):
+        return lm(prompt)
     return np.asarray(lm.generate(prompt, stop_token_ids=None)["token_ids"])
+
+
+class CompiledStep:
+    """A CausalLM's generate step through tftvm.compile_model, for one batch and length."""
+
+    def __init__(self, lm, batch: int, length: int):
+        import tensorflow as tf
+        import tftvm
+
+        step = tf.function(lambda ids, mask: lm.generate_step({"token_ids": ids, "padding_mask": mask}, None))
+        specs = [tf.TensorSpec([batch, length], tf.int32), tf.TensorSpec([batch, length], tf.bool)]
+        self.model = tftvm.compile_model(step, specs)
+
+    def __call__(self, prompt) -> np.ndarray:
+        return np.asarray(self.model(prompt["token_ids"], prompt["padding_mask"])["token_ids"])
+
+    def settle(self, prompt):
+        """Call until the safety net has its verdict at the prompt's shapes (TF raises on
+        random token ids and masks, so the first calls decide, by turns): its Timing of the
+        VM against the frozen graph in TF."""
+        from tftvm.compiled_model import TRIAL_SAMPLES
+
+        for _ in range(4 * TRIAL_SAMPLES):  # pairs of calls, TRIAL_SAMPLES pairs a side
+            if self.model.timings:
+                break
+            self(prompt)
+        return next(iter(self.model.timings.values()), None)
 
 
 def measure(name: str, batch: int, prompt_len: int, new: int, repeats: int, names: list[str],
@@ -94,12 +131,16 @@ def measure(name: str, batch: int, prompt_len: int, new: int, repeats: int, name
                                            np.zeros((batch, new), np.int64)], 1).astype(np.int32),
               "padding_mask": np.arange(length)[None, :].repeat(batch, 0) < prompt_len}  # fmt: skip
     lms = ways(name, length, names)
-    first, tokens, rewrites = {}, {}, {}
+    first, tokens, rewrites, verdicts = {}, {}, {}, {}
     for way, lm in lms.items():  # the ways without tftvm first: enable() makes TF instantiate again
         if "enable" not in way:
             start = time.perf_counter()
+            if way == "compile_model":  # its first call includes compiling, as the others' do
+                lms[way] = lm = CompiledStep(lm, batch, length)
             tokens[way] = generated(lm, prompt)
             first[way] = time.perf_counter() - start
+            if way == "compile_model":
+                verdicts[way] = lm.settle(prompt)
     enabled = [way for way in lms if "enable" in way]
     if enabled:  # every tftvm way's first call under one enable(), so none is instantiated again
         precision = enabled[0].split()[1] if " " in enabled[0] else "f32"
@@ -129,6 +170,11 @@ def measure(name: str, batch: int, prompt_len: int, new: int, repeats: int, name
         row[f"{way} same tokens"] = bool(np.array_equal(tokens[way], tokens["TF"]))
     if "XLA+enable" in lms:
         row["XLA+enable/XLA"] = row["XLA+enable/TF"] / row["XLA/TF"]
+    for way, verdict in verdicts.items():  # which ran: the VM or, where faster, the frozen graph in TF
+        row[f"{way} in TF"] = None if verdict is None else verdict.tf_faster
+        row[f"{way} VM/frozen TF"] = None if verdict is None else verdict.tvm_seconds / verdict.tf_seconds
+    if "compile_model" in lms:
+        row["compile_model in TVM %"] = 100.0 * lms["compile_model"].model.summary().fraction
     for way, done in rewrites.items():
         compute = sum(r.compute_nodes for r in done)
         row[f"{way} in TVM %"] = 100.0 * sum(r.offloaded for r in done) / compute if compute else 0.0
@@ -136,10 +182,11 @@ def measure(name: str, batch: int, prompt_len: int, new: int, repeats: int, name
 
 
 def in_child(name: str, batch: int, args) -> dict:
-    """The row of `name` at `batch`: TF, XLA and enable in one child process; with
-    --precision, enable at that precision in a second one, against its own TF."""
+    """The row of `name` at `batch`: TF, XLA and enable in one child process, compile_model
+    in a second one against its own TF; with --precision, enable at that precision in a
+    third one, against its own TF."""
     row = {}
-    groups = [WAYS] + ([["TF", f"enable {args.precision}"]] if args.precision else [])
+    groups = [WAYS, ["TF", "compile_model"]] + ([["TF", f"enable {args.precision}"]] if args.precision else [])
     for names in groups:
         with tempfile.TemporaryDirectory() as tmp:
             result = Path(tmp) / "row.json"
@@ -151,15 +198,18 @@ def in_child(name: str, batch: int, args) -> dict:
                 return {"model": name, "batch": batch, "error": f"child exited with {proc.returncode}"}
             part = json.loads(result.read_text())
         row.update({k: v for k, v in part.items() if not row or not k.startswith("TF ")})
+    if "compile_model/TF" in row and "XLA/TF" in row:  # each against TF in its own process
+        row["compile_model/XLA"] = row["compile_model/TF"] / row["XLA/TF"]
     return row
 
 
 def columns(precision: str | None) -> list[tuple[str, str]]:
     extra = [f"enable {precision}"] if precision else []
-    ways = ["XLA", "enable", "XLA+enable", *extra]
+    ways = ["XLA", "enable", "XLA+enable", "compile_model", *extra]
     return [("model", ""), ("batch", "d"), ("TF tok/s", ".1f"), *[(f"{w}/TF", ".2f") for w in ways],
-            ("XLA+enable/XLA", ".2f"), *[(f"{w} tok/s", ".1f") for w in ways],
-            *[(f"{w} in TVM %", ".1f") for w in ["enable", "XLA+enable", *extra]],
+            ("XLA+enable/XLA", ".2f"), ("compile_model/XLA", ".2f"), *[(f"{w} tok/s", ".1f") for w in ways],
+            *[(f"{w} in TVM %", ".1f") for w in ["enable", "XLA+enable", "compile_model", *extra]],
+            ("compile_model in TF", ""), ("compile_model VM/frozen TF", ".2f"),
             ("TF first s", ".1f"), *[(f"{w} first s", ".1f") for w in ways],
             *[(f"{w} same tokens", "") for w in ways], ("error", "")]  # fmt: skip
 

@@ -43,8 +43,8 @@ def _without_variables(concrete):
 
     TF's convert_variables_to_constants_v2 does this in two steps and then builds a
     ConcreteFunction of the result (imported, its functions registered), which holds several
-    copies of a model's weights at once, for a graph that freeze only reads as a GraphDef: the two steps are called here, and the public function
-    where a TF version lacks them."""
+    copies of a model's weights at once, for a graph that freeze only reads as a GraphDef:
+    the two steps are called here, and the public function where a TF version lacks them."""
     from tensorflow.python.framework import convert_to_constants as convert
     from tensorflow.python.util import object_identity
 
@@ -53,7 +53,8 @@ def _without_variables(concrete):
     if data is None or replace is None:
         frozen = convert.convert_variables_to_constants_v2(concrete, lower_control_flow=False)
         return frozen.graph.as_graph_def(), [t.name for t in frozen.inputs], [t.name for t in frozen.outputs]
-    graph_def, converted = replace(converter_data=data(func=concrete, lower_control_flow=False, aggressive_inlining=False))
+    graph_def, converted = replace(
+        converter_data=data(func=concrete, lower_control_flow=False, aggressive_inlining=False))
     captures = concrete.graph.internal_captures
     constants = object_identity.ObjectIdentitySet(captures[i] for i in converted)
     return graph_def, [t.name for t in concrete.inputs if t not in constants], [t.name for t in concrete.outputs]
@@ -103,7 +104,7 @@ def _weights_as_placeholders(graph_def):
     weights = {}
     for node in graph_def.node:
         value = node.attr["value"].tensor if node.op == "Const" else None
-        size = tf.TensorShape(value.tensor_shape).num_elements() * tf.as_dtype(value.dtype).size if value else 0
+        size = 0 if value is None else tf.TensorShape(value.tensor_shape).num_elements() * tf.as_dtype(value.dtype).size
         if size < WEIGHT_BYTES or any(i.startswith("^") for i in node.input):
             light.node.add().CopyFrom(node)
             continue
