@@ -1,7 +1,8 @@
 """keras_hub's decoder and encoder backbones (tiny configs, random weights, a None batch)
 through optimize, compile_model and enable(): all of their compute in TVM, right against
 Keras' own output. Llama's grouped-query attention repeats keys and values with a Reshape to
-a computed shape and its rotary embedding slices with new axes; Gemma masks with All."""
+a computed shape and its rotary embedding slices with new axes; Gemma masks with All;
+Mixtral routes each token to its top-k experts."""
 import numpy as np
 import pytest
 import tensorflow as tf
@@ -20,6 +21,10 @@ BACKBONES = {
                                                     head_dim=16),
     "gpt2": lambda: keras_hub.models.GPT2Backbone(vocabulary_size=100, num_layers=2, num_heads=4, hidden_dim=64,
                                                   intermediate_dim=128, max_sequence_length=SEQ),
+    # A mixture of experts: a router's top-k picks 2 of 4 feed-forward experts per token.
+    "mixtral": lambda: keras_hub.models.MixtralBackbone(vocabulary_size=100, num_layers=1, num_query_heads=4,
+                                                        num_key_value_heads=2, hidden_dim=64, intermediate_dim=128,
+                                                        num_experts=4, top_k=2, sliding_window=8),
 }  # fmt: skip
 
 
