@@ -244,6 +244,25 @@ def test_arithmetic_with_a_constant_zero_as_ieee_gives_it(name):
         np.testing.assert_array_equal(np.signbit(got), np.signbit(want), err_msg=f"{path}: the sign of a zero")
 
 
+SIGNED_ZERO_SUMS = {
+    "1 / sum over an axis of one": lambda x: 1.0 / tf.reduce_sum(x, 1),
+    "1 / mean over an axis of one": lambda x: 1.0 / tf.reduce_mean(x, 1, keepdims=True),
+    "1 / sum of a row": lambda x: 1.0 / tf.reduce_sum(tf.reshape(x, [-1, 2]), 1),
+    "1 / sum of it all": lambda x: 1.0 / tf.reduce_sum(x * 0.0),
+}
+
+
+@pytest.mark.parametrize("name", sorted(SIGNED_ZERO_SUMS))
+def test_the_sum_of_one_negative_zero_keeps_its_sign_as_in_tf(name):
+    """TF passes a reduction over one element on (-0.0 stays -0.0), and sums more from +0.0
+    (-0.0 + -0.0 is +0.0 there). TVM's sum of one -0.0 was +0.0, its reciprocal +inf where
+    TF gives -inf (found by the graph fuzzer)."""
+    x = np.array([[-0.0], [-0.0], [0.0], [-0.0], [2.0], [-3.0], [-0.0], [0.0]], np.float32)
+    want = SIGNED_ZERO_SUMS[name](tf.constant(x)).numpy()
+    for path, fn in _paths(SIGNED_ZERO_SUMS[name], tf.TensorSpec([None, 1], F32)).items():
+        np.testing.assert_array_equal(np.asarray(fn(x)), want, err_msg=path)
+
+
 def test_compile_model_reads_denormals_as_zero_as_tf_does():
     """TF's threads (where TvmCall kernels run) flush denormals; compile_model's VM is called
     from Python's thread, which now flushes them too while it runs."""

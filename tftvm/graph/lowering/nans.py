@@ -9,6 +9,8 @@ reshape and its ReLU would no longer fuse.
 """
 from __future__ import annotations
 
+from .reduce_axes import over_axes
+
 
 def legalize_map() -> dict:
     """For LegalizeOps' customize_legalize_map."""
@@ -91,27 +93,9 @@ def _reduction(larger: bool):
     def identity(dtype):
         return tirx.const(float("-inf") if larger else float("inf"), dtype)
 
-    reducer = te.comm_reducer(_larger if larger else _smaller, identity, name="nan_max" if larger else "nan_min")
-
-    def compute(x, axis, keepdims):
-        rank = len(x.shape)
-        reduced = sorted({a % rank for a in axis}) if axis is not None else list(range(rank))
-        over = [te.reduce_axis((0, x.shape[a]), name=f"k{a}") for a in reduced]
-        kept = [a for a in range(rank) if a not in reduced]
-        shape = [1 if a in reduced else x.shape[a] for a in range(rank)] if keepdims else [x.shape[a] for a in kept]
-
-        def element(*index):
-            at = list(index) if keepdims else [None] * rank
-            if not keepdims:
-                for a, i in zip(kept, index):
-                    at[a] = i
-            for a, k in zip(reduced, over):
-                at[a] = k
-            return reducer(x(*at), axis=over)
-
-        return te.compute(shape, element, name="nan_max" if larger else "nan_min")
-
-    return compute
+    name = "nan_max" if larger else "nan_min"
+    reducer = te.comm_reducer(_larger if larger else _smaller, identity, name=name)
+    return lambda x, axis, keepdims: over_axes(x, axis, keepdims, reducer, name)
 
 
 def _broadcast_index(x, shape, index):

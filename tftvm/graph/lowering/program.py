@@ -20,7 +20,8 @@ CALLS_PER_KERNEL = 40
 def fuse(mod, merged: str | None = None):
     """Legalize and fuse a Relax module with TVM's CPU legalization passes (relax.backend.
     cpu_generic), its LegalizeOps given tftvm's own legalizations where TVM's are wrong or slow
-    on CPU: NaNs passed on as TF does, conv and matmul weights packed, vector transcendentals.
+    on CPU: NaNs passed on as TF does, conv and matmul weights packed, vector transcendentals,
+    float sums from -0.0.
     Float arithmetic TVM would fold by int rules is first written out (float_folds), a zero pad before a conv folded into the conv (fold_pads), and the stride of a
     strided 1x1 conv moved up into the ops before it (fold_strides), and a view that only
     views read repeated per reader (shared_views). The function named
@@ -29,11 +30,12 @@ def fuse(mod, merged: str | None = None):
     from tvm import relax
     from tvm.relax.backend.cpu_generic import legalize_passes
 
-    from . import arg_reduce, denormals, fast_math, float_folds, fold_pads, fold_strides, nans, pack_weights, shared_views
+    from . import (arg_reduce, denormals, fast_math, float_folds, fold_pads, fold_strides, nans, pack_weights,
+                   shared_views, signed_zeros)
 
     legalize = relax.transform.LegalizeOps(customize_legalize_map={
         **pack_weights.legalize_map(), **nans.legalize_map(), **fast_math.legalize_map(),
-        **arg_reduce.legalize_map(), **denormals.legalize_map()})
+        **arg_reduce.legalize_map(), **denormals.legalize_map(), **signed_zeros.legalize_map()})
     passes = [legalize if p.info.name == "LegalizeOps" else p
               for p in legalize_passes(tvm.target.Target.current(allow_none=True))]  # fmt: skip
     seq = tvm.transform.Sequential
