@@ -700,7 +700,8 @@ def _pruned(frozen, feeds: list[str], fetches: list[str]):
     import tensorflow as tf
 
     part, placeholders = cut_out(frozen.graph, frozen.graph_def, feeds, fetches)
-    fetches = [dict(zip(map(tensor_name, feeds), placeholders)).get(tensor_name(f), f) for f in fetches]
+    fed = dict(zip(map(tensor_name, feeds), placeholders))
+    fetches = [fed.get(tensor_name(f), f) for f in fetches]
     graph_def = with_new_function_names(part)  # its loop bodies may be registered already
     wrapped = tf.compat.v1.wrap_function(lambda: tf.graph_util.import_graph_def(graph_def, name=""), [])
     graph = wrapped.graph
