@@ -344,3 +344,42 @@ def test_a_model_tf_cannot_run_on_the_safety_nets_inputs(rng):
         fn(x, np.int32(0))
     with pytest.raises(tf.errors.InvalidArgumentError):
         model(x, np.int32(0))
+
+
+def test_weights_are_held_once_beside_the_library_and_travel_with_an_export(tmp_path, rng):
+    """A weight (1 MiB or more) is in neither the model's graph nor its libraries: it is a TF
+    tensor that TF's steps and the VM read alike (here MatrixBandPart, which runs in TF, is fed
+    the VM's weight argument: TF's own tensor). A kernel's packed layout of a weight is a
+    copy of its own, written to the export's weights file; graph.pb holds the weights as
+    Consts, a frozen graph as TF writes one."""
+    import json
+
+    w1 = tf.constant(rng.standard_normal((512, 1024)).astype(np.float32) * 0.04)
+    w2 = tf.constant(rng.standard_normal((1024, 512)).astype(np.float32) * 0.03)
+
+    def model(x):
+        h = tf.tanh(tf.matmul(x, w1))
+        return tf.matmul(h, tf.linalg.band_part(w2, 0, -1)) + tf.reduce_sum(w2, axis=0)
+
+    compiled = tftvm.compile_model(model, [tf.TensorSpec([None, 512])], specialize=[(2, 512)], keep_faster=True)
+    assert compiled.timing is not None  # its TF side (the frozen graph fed the weights) ran too
+    path = compiled.export(tmp_path / "model")
+    loaded = tftvm.load_model(path)
+    for batch in (3, 3, 3, 3, 2):  # a new batch's first calls: 2 in TVM, then 2 in TF (the safety net's trial)
+        x = rng.standard_normal((batch, 512)).astype(np.float32)
+        for m in (compiled, loaded):
+            np.testing.assert_allclose(m(x).numpy(), model(tf.constant(x)).numpy(), rtol=1e-4, atol=1e-4)
+    assert loaded.statics[((2, 512),)].calls == 1
+    weight_bytes = 2 * 512 * 1024 * 4
+    assert (path / "model.so").stat().st_size < weight_bytes / 4
+    assert (path / "model_static0.so").stat().st_size < weight_bytes / 4
+    assert (path / "graph.pb").stat().st_size > weight_bytes
+    manifest = json.loads((path / "tftvm_model.json").read_text())
+    for entries in (manifest["weights"], manifest["static"][0]["weights"]):
+        assert sum("tensor" in e for e in entries) == 1, entries  # w2, as the graph has it
+        assert sum("saved" in e for e in entries) == 1, entries  # w1 in the matmul's packed layout
+    assert (path / "weights.params").stat().st_size < 1.1 * weight_bytes  # two packed w1s, no w2
+    with open(path / "weights.params", "ab") as f:
+        f.write(b"\0")
+    with pytest.raises(ValueError, match="weights.params does not match the SHA-256"):
+        tftvm.load_model(path)

@@ -22,20 +22,22 @@ from . import vm_threads
 from .graph import whole
 from .graph.frontend import Unsupported
 from .graph.frontend.support import NOT_COMPUTE
-from .graph.lowering import bounded_plan, fold_scales, fold_strides
+from .graph.lowering import bounded_plan, fold_scales, fold_strides, lift_weights
 from .graph.lowering.precision import PrecisionReport, check, to_bf16
 from .graph.offload import control_flow, safety_net
 from .graph.offload.pipeline import offload
 from .graph.offload.report import ConversionReport, OpInTF, in_tf_with_bodies
-from .graph.tfgraph.freeze import FrozenGraph, freeze
+from .graph.tfgraph.freeze import FrozenGraph, freeze, imported
 from .graph.tfgraph.functions import graph_runner, register_functions, with_new_function_names
 from .graph.tfgraph.names import tensor_name
 from .graph.tfgraph.subgraph import cut_out
+from .graph.tfgraph.weights import WEIGHT_BYTES, split, values, with_constants
+from .tensors import to_tf, to_tvm
 
 log = logging.getLogger(__name__)
 
-FORMAT = 1
-LIBRARY, GRAPH, MANIFEST = "model.so", "graph.pb", "tftvm_model.json"
+FORMAT = 2  # 2: weights an argument of the library's entries (lift_weights)
+LIBRARY, GRAPH, MANIFEST, WEIGHTS = "model.so", "graph.pb", "tftvm_model.json", "weights.params"
 NOALIAS_LAST = "zz_tftvm_noalias_last"  # see _fused_and_scheduled
 
 
@@ -49,14 +51,16 @@ class StaticProgram:
     executable: object
     kernels: int
     tuned: int
+    weights: list = dataclasses.field(default_factory=list)  # its lifted weights (lift_weights), in order
     calls: int = 0
     vm: object = None  # its VirtualMachine, made by CompiledModel
+    weights_arg: object = None  # `weights` as the one argument its entries take, made by CompiledModel
 
 
 class CompiledModel:
     """Call it with NumPy arrays or TF tensors; `report()` says what ran in TF and for how long."""
 
-    def __init__(self, frozen, fallbacks, executable, target: str, statics=()):
+    def __init__(self, frozen, fallbacks, executable, target: str, statics=(), weights=()):
         import tvm
         from tvm import relax
 
@@ -65,12 +69,16 @@ class CompiledModel:
         self.target = target
         self._executable = executable
         self._vm = relax.VirtualMachine(_loaded(executable), tvm.cpu())
+        # The program's weights (lift_weights): the VM's entries take them as one last argument.
+        self._weights = list(weights)
+        self._weights_arg = _weights_argument(self._weights)
         # Calls whose `None` dims fit bounded_plan.UPPER_BOUND run the entry planned for them.
         self._bounded = _has_function(self._vm, bounded_plan.BOUNDED_ENTRY)
         # Calls whose input shapes are exactly a static program's run it instead of the general one.
         self.statics = {p.shapes: p for p in statics}
         for program in statics:
             program.vm = relax.VirtualMachine(_loaded(program.executable), tvm.cpu())
+            program.weights_arg = _weights_argument(program.weights)
         self._relax = self.tvm_target = None  # the TVM IR and target, where compiled here (to rebuild)
         self.tuned_kernels = 0  # kernels of the general program with a tuned schedule
         self.precision = PrecisionReport()  # what precision="bf16" moved to bf16 units, where compiled here
@@ -127,14 +135,18 @@ class CompiledModel:
             program.calls = 0
 
     def _tf_function(self):
-        """The frozen graph as a tf.function of the model's flat inputs."""
+        """The frozen graph as a tf.function of the model's flat inputs (its weights captured:
+        the tensors the VM reads too, not copies in the function's graph)."""
         import tensorflow as tf
 
         if self._tf_graph is None:
             frozen = self._frozen
-            run = graph_runner(frozen.graph_def, [t.name for t in frozen.inputs],
-                                       [t.name for t in frozen.outputs])  # fmt: skip
-            self._tf_graph = tf.function(run, input_signature=self.input_specs, autograph=False)
+            names, weights = list(frozen.weight_values), list(frozen.weight_values.values())
+            run = graph_runner(frozen.graph_def, [t.name for t in frozen.inputs] + names,
+                               [t.name for t in frozen.outputs])  # fmt: skip
+            # tf.identity captures each weight (a by-reference input of the function, no copy)
+            self._tf_graph = tf.function(lambda *inputs: run(*inputs, *map(tf.identity, weights)),
+                                         input_signature=self.input_specs, autograph=False)  # fmt: skip
         return self._tf_graph
 
     def __call__(self, *inputs):
@@ -177,17 +189,17 @@ class CompiledModel:
 
     def _run_vm(self, *checked, shapes=None):
         """The outputs (TF tensors, flat) of the VM on checked TF tensors (of input `shapes`, where known)."""
-        args = [_to_tvm(x) for x in checked]
+        args = [to_tvm(x) for x in checked]
         shapes = _shapes_of(checked) if shapes is None else shapes
-        vm, entry = self._vm, "main"
+        vm, entry, weights = self._vm, "main", self._weights_arg
         if shapes in self.statics:
-            vm = self.statics[shapes].vm
+            vm, weights = self.statics[shapes].vm, self.statics[shapes].weights_arg
         elif self._bounded and bounded_plan.fits(shapes, self.input_specs):
             entry = bounded_plan.BOUNDED_ENTRY
         with self._lock:
             start = time.perf_counter()
             try:
-                result = vm_threads.call(vm[entry], *args)
+                result = vm_threads.call(vm[entry], *args, *([] if weights is None else [weights]))
             except IndexError as err:  # a kernel's input check (a bad index, an empty axis): TF's error for it
                 import tensorflow as tf
 
@@ -208,17 +220,20 @@ class CompiledModel:
             self.calls += 1
             if shapes in self.statics:
                 self.statics[shapes].calls += 1
-        return [_to_tf(r) for r in (list(result) if len(self._frozen.outputs) > 1 else [result])]
+        return [to_tf(r) for r in (list(result) if len(self._frozen.outputs) > 1 else [result])]
 
     def export(self, path) -> Path:
         """Write the model to directory `path`: the TVM library, the graph its TF ops come
         from, and a manifest. `tftvm.load_model(path)` loads it in any process."""
         import tensorflow as tf
 
+        import tvm
+
         path = Path(path)
         path.mkdir(parents=True, exist_ok=True)
         self._executable.export_library(str(path / LIBRARY))
-        (path / GRAPH).write_bytes(self._frozen.graph_def.SerializeToString())
+        (path / GRAPH).write_bytes(with_constants(self._frozen.graph_def, self._frozen.weight_values).SerializeToString())
+        saved = {}  # lifted weights that are no weight of the graph (packed layouts, folded scales)
         manifest = {
             "format": FORMAT,
             "library_sha256": _sha256(path / LIBRARY),
@@ -234,15 +249,34 @@ class CompiledModel:
             "timings": [{"shapes": shapes, "tvm_seconds": t.tvm_seconds, "tf_seconds": t.tf_seconds}
                         for shapes, t in self.timings.items()],
             "tuned_kernels": self.tuned_kernels,
+            "weights": self._weight_entries(self._weights, "main", saved),
             "static": [],
         }
         for i, program in enumerate(self.statics.values()):
             library = f"model_static{i}.so"
             program.executable.export_library(str(path / library))
             manifest["static"].append({"shapes": program.shapes, "library": library, "kernels": program.kernels,
-                                       "tuned": program.tuned, "library_sha256": _sha256(path / library)})  # fmt: skip
+                                       "tuned": program.tuned, "library_sha256": _sha256(path / library),
+                                       "weights": self._weight_entries(program.weights, f"static{i}", saved)})  # fmt: skip
+        if saved:
+            tvm.runtime.save_param_dict_to_file(saved, str(path / WEIGHTS))
+            manifest["weights_sha256"] = _sha256(path / WEIGHTS)
         (path / MANIFEST).write_text(json.dumps(manifest, indent=1))
         return path
+
+    def _weight_entries(self, weights: list, program: str, saved: dict) -> list:
+        """The manifest's entry for each of a program's lifted `weights`: the graph's weight it
+        is (by tensor name), or its key in `saved`, the weights file's arrays."""
+        graph_weights = {to_tvm(v).data_ptr(): name for name, v in self._frozen.weight_values.items()}
+        entries = []
+        for i, w in enumerate(weights):
+            name = graph_weights.get(w.data_ptr())
+            if name is not None and tuple(w.shape) == tuple(self._frozen.weight_values[name].shape):
+                entries.append({"tensor": name})
+            else:
+                saved[f"{program}.{i}"] = w
+                entries.append({"saved": f"{program}.{i}"})
+        return entries
 
     def summary(self) -> ConversionReport:
         """What ran where, as data: compute nodes, how many ran in TVM, each TF op and why."""
@@ -291,7 +325,7 @@ class CompiledModel:
         self._need_ir("rebuilt")
         specialize = [*self.statics, *(specialize or ())]
         symbolic = not all(t.shape.is_fully_defined() for t in self._frozen.inputs)
-        keep = (self._executable, self.tuned_kernels) if symbolic else None
+        keep = (self._executable, self.tuned_kernels, self._weights) if symbolic else None
         rebuilt = _compiled(self._frozen, self.fallbacks, self._relax, self.tvm_target, database=database,
                             specialize=specialize, main=keep)  # fmt: skip
         rebuilt.body_offloaded = self.body_offloaded
@@ -425,7 +459,7 @@ def compile_model(model, input_signature, *, fallback: str = "tf", target=None, 
         raise ValueError(f"fallback must be 'tf' or 'error', got {fallback!r}")
     check(precision)
     deny = frozenset(deny or ())
-    frozen = freeze(model, input_signature)
+    frozen = freeze(model, input_signature, weights_apart=True)  # held once, read by TF and the VM alike
     # Loop and branch bodies get their compute as tftvm ops; the loops run in TF, called by the VM.
     # (A body's weights are constants: what is computed from them alone runs once, memoized.)
     frozen, bodies = control_flow.optimize_bodies(
@@ -462,12 +496,23 @@ def load_model(path) -> CompiledModel:
     library = path / LIBRARY
     if _sha256(library) != manifest["library_sha256"]:
         raise ValueError(f"{library} does not match the SHA-256 in its manifest; refusing to load it")
-    graph_def = tf.compat.v1.GraphDef.FromString((path / GRAPH).read_bytes())
-    graph = tf.Graph()
-    with graph.as_default():
-        tf.graph_util.import_graph_def(graph_def, name="")
+    # The weights split off before a tf.Graph holds them: held once, read by TF and the VM.
+    graph_def, weights = split(tf.compat.v1.GraphDef.FromString((path / GRAPH).read_bytes()))
+    weight_values = values(weights)
+    del weights
+    graph = imported(graph_def)
     frozen = FrozenGraph(graph, graph_def, [graph.get_tensor_by_name(t) for t in manifest["inputs"]],
-                         [graph.get_tensor_by_name(t) for t in manifest["outputs"]], manifest["structure"])  # fmt: skip
+                         [graph.get_tensor_by_name(t) for t in manifest["outputs"]], manifest["structure"],
+                         weight_values=weight_values)  # fmt: skip
+    saved = {}
+    if manifest.get("weights_sha256"):
+        if _sha256(path / WEIGHTS) != manifest["weights_sha256"]:
+            raise ValueError(f"{path / WEIGHTS} does not match the SHA-256 in its manifest; refusing to load it")
+        saved = tvm.runtime.load_param_dict_from_file(str(path / WEIGHTS))
+
+    def weights(entries) -> list:
+        return [to_tvm(frozen.weight_values[e["tensor"]]) if "tensor" in e else saved[e["saved"]] for e in entries]
+
     fallbacks = [whole.Fallback(**fb) for fb in manifest["fallbacks"]]
     register = _register_tf_runner(frozen)
     for fb in fallbacks:
@@ -478,8 +523,10 @@ def load_model(path) -> CompiledModel:
         if _sha256(library) != entry["library_sha256"]:
             raise ValueError(f"{library} does not match the SHA-256 in its manifest; refusing to load it")
         shapes = tuple(tuple(s) for s in entry["shapes"])
-        statics.append(StaticProgram(shapes, vm_threads.load(library), entry["kernels"], entry["tuned"]))
-    compiled = CompiledModel(frozen, fallbacks, vm_threads.load(path / LIBRARY), manifest["target"], statics)
+        statics.append(StaticProgram(shapes, vm_threads.load(library), entry["kernels"], entry["tuned"],
+                                     weights(entry.get("weights", []))))  # fmt: skip
+    compiled = CompiledModel(frozen, fallbacks, vm_threads.load(path / LIBRARY), manifest["target"], statics,
+                             weights(manifest.get("weights", [])))  # fmt: skip
     compiled.tuned_kernels = manifest.get("tuned_kernels", 0)
     if manifest.get("timing"):
         compiled.timing = safety_net.Timing(manifest["timing"]["tvm_seconds"], manifest["timing"]["tf_seconds"], cached=True)
@@ -496,24 +543,30 @@ def _compiled(frozen, fallbacks, mod, target, *, database, specialize, main=None
     if all(t.shape.is_fully_defined() for t in frozen.inputs):
         shapes = []  # the general program is already the static one
     if main is None:
-        executable, _, tuned = _build(mod, target, database, "the model")
+        executable, _, tuned, weights = _build(mod, target, database, "the model")
     else:
-        executable, tuned = main
-    statics = [StaticProgram(s, *_build(_bound(mod, s), target, database, f"input shapes {list(s)}")) for s in shapes]
-    compiled = CompiledModel(frozen, fallbacks, executable, str(target), statics)
+        executable, tuned, weights = main
+    statics = []
+    for s in shapes:
+        static, kernels, static_tuned, static_weights = _build(_bound(mod, s), target, database,
+                                                               f"input shapes {list(s)}")  # fmt: skip
+        statics.append(StaticProgram(s, static, kernels, static_tuned, static_weights))
+    compiled = CompiledModel(frozen, fallbacks, executable, str(target), statics, weights)
     compiled._relax, compiled.tvm_target, compiled.tuned_kernels = mod, target, tuned
     return compiled
 
 
 def _build(mod, target, database, what: str) -> tuple:
-    """(executable, kernels, tuned kernels) of Relax module `mod`."""
+    """(executable, kernels, tuned kernels, weights) of Relax module `mod`: its weights (what
+    lift_weights lifts) are not in the executable, the VM's entries take them."""
     import tvm
 
     start = time.perf_counter()
     scheduled, kernels, tuned = _fused_and_scheduled(mod, target, database)
+    scheduled, weights = lift_weights.lift(scheduled, WEIGHT_BYTES)
     executable = tvm.compile(scheduled, target=target)
     log.info("compiled %s (%d kernels, %d tuned) in %.2f s", what, kernels, tuned, time.perf_counter() - start)
-    return executable, kernels, tuned
+    return executable, kernels, tuned, weights
 
 
 def _input_shapes(item, inputs, argument: str) -> tuple:
@@ -580,6 +633,13 @@ def _fused_and_scheduled(mod, target, database=None) -> tuple:
     return mod, len(kernels), len(tuned)
 
 
+def _weights_argument(weights: list):
+    """`weights` as the one tuple argument the VM's entries take last; None where there are none."""
+    import tvm_ffi
+
+    return tvm_ffi.convert(list(weights)) if weights else None
+
+
 def _loaded(executable):
     """What the VM runs: `tvm.compile`'s executable loaded as a library of its own (its loops
     on tftvm's launcher, vm_threads.py), a library load_model loaded as it is."""
@@ -616,14 +676,14 @@ def _register_tf_runner(frozen):
 
         def run(*args):
             start = time.perf_counter()
-            tensors = [_to_tf(a) for a in args]
+            tensors = [to_tf(a) for a in args]
             tensors = [t if t.dtype == d else tf.cast(t, d) for t, d in zip(tensors, dtypes)]
             try:
                 results = run_op(tensors)
             except tf.errors.OpError as err:  # the VM raises its own error: the model call raises this one
                 fb.error = err
                 raise
-            outs = unaliased([_to_tvm(y) for y in results], args)
+            outs = unaliased([to_tvm(y) for y in results], args)
             fb.calls += 1
             fb.seconds += time.perf_counter() - start
             return outs[0] if len(outs) == 1 else outs
@@ -711,21 +771,3 @@ def _pruned(frozen, feeds: list[str], fetches: list[str]):
     signature = [tf.TensorSpec(f.shape, f.dtype) for f in feeds]
     pruned = wrapped.prune(feeds, [graph.get_tensor_by_name(f) for f in fetches], input_signature=(signature, {}))
     return lambda tensors: pruned(*tensors)
-
-
-def _to_tf(t):
-    """A TVM tensor as a TF tensor, sharing its memory."""
-    import tensorflow as tf
-
-    return tf.experimental.dlpack.from_dlpack(t.__dlpack__())
-
-
-def _to_tvm(t):
-    """A TF tensor as a TVM tensor, sharing its memory unless TVM's alignment needs a copy."""
-    import tensorflow as tf
-    import tvm
-
-    try:
-        return tvm.runtime.from_dlpack(tf.experimental.dlpack.to_dlpack(t))
-    except (ValueError, RuntimeError, tvm.error.TVMError):
-        return tvm.runtime.tensor(t.numpy())

@@ -15,7 +15,7 @@ import logging
 import uuid
 from collections import defaultdict
 
-from .frontend.driver import bind_constant, convert_nodes, relax_param
+from .frontend.driver import bind_constant, bind_weight, convert_nodes, relax_param
 from .frontend.registry import Context, ShapeValue, merge_symbols, shape_tensor
 from .frontend.support import SUPPORTED_DTYPES, reason_unsupported
 from .tfgraph.names import tensor_inputs
@@ -162,6 +162,9 @@ def _convert_nodes(ctx, frozen, env, run_in_tf, deny) -> list[Fallback]:
             fallbacks.append(_fall_back(ctx, frozen, env, run_in_tf, prefix, unit, reason))
             continue
         node = unit[0]
+        if node.op == "Placeholder" and node.name + ":0" in frozen.weight_values:
+            bind_weight(ctx, env, node.name + ":0", frozen.weight_values[node.name + ":0"])
+            continue
         if node.op == "Placeholder" or node.op in _SKIP:
             continue
         if node.op == "Const":

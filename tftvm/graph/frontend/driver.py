@@ -99,6 +99,20 @@ def bind_constant(ctx, env: dict, node) -> None:
         env[node.name + ":0"] = relax.const(value, value.dtype.name)
 
 
+def bind_weight(ctx, env: dict, name: str, value) -> None:
+    """Weight `value` (a TF tensor held beside the graph, at Placeholder tensor `name`) bound
+    as bind_constant binds a Const's value, sharing its memory (DLPack): the Relax constant
+    and what converters read are views of the TF tensor, not copies of a model's weights."""
+    import numpy as np
+    from tvm import relax
+
+    from ...tensors import to_tvm
+
+    data = to_tvm(value)
+    ctx.constants[name] = np.from_dlpack(data)
+    env[name] = relax.const(data)
+
+
 def convert_node(ctx, env: dict, node) -> str | None:
     """Convert `node` (its op has a converter) into `ctx.bb`'s function, its outputs into `env`:
     None on success, else why it stays in TF. A converter's failure costs this node, never

@@ -19,7 +19,8 @@ import dataclasses
 import itertools
 import logging
 
-from ..tfgraph.freeze import WEIGHT_BYTES, FrozenGraph, imported, with_handle_data
+from ..tfgraph.freeze import FrozenGraph, imported, with_handle_data
+from ..tfgraph.weights import WEIGHT_BYTES
 from ..tfgraph.functions import prune_library
 from ..frontend.support import NOT_COMPUTE
 
@@ -246,11 +247,13 @@ def _input_shapes(node, frozen) -> list:
 
 
 def _constant_inputs(node, frozen) -> dict:
-    """{argument index: Const tensor} for the arguments of `node`'s bodies that are Consts
-    (their values are read only where they are folded: a weight's is large)."""
+    """{argument index: tensor} for the arguments of `node`'s bodies that are Consts, or
+    weights held apart from the graph (`frozen.weight_values`) (their values are read only
+    where they are folded: a weight's is large)."""
     op = frozen.graph.get_operation_by_name(node.name)
     inputs = list(op.inputs)[1:] if node.op in ("If", "StatelessIf") else list(op.inputs)
-    return {i: t for i, t in enumerate(inputs) if t.op.type == "Const" and t.shape.is_fully_defined()}
+    return {i: t for i, t in enumerate(inputs)
+            if (t.op.type == "Const" or t.name in frozen.weight_values) and t.shape.is_fully_defined()}  # fmt: skip
 
 
 def _handles(node, frozen, lists) -> dict:
@@ -321,4 +324,4 @@ def _with_functions(graph_def, bodies):
 def _reimported(frozen, graph_def) -> FrozenGraph:
     graph = imported(graph_def)
     tensors = [[graph.get_tensor_by_name(t.name) for t in ts] for ts in (frozen.inputs, frozen.outputs)]
-    return FrozenGraph(graph, graph_def, *tensors, frozen.structured_outputs, frozen.weights)
+    return FrozenGraph(graph, graph_def, *tensors, frozen.structured_outputs, frozen.weights, frozen.weight_values)

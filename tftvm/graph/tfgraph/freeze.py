@@ -3,6 +3,8 @@ from __future__ import annotations
 
 import dataclasses
 
+from .weights import restored, split, values
+
 
 @dataclasses.dataclass
 class FrozenGraph:
@@ -14,14 +16,19 @@ class FrozenGraph:
     # Inputs (tensor names) that hold a constant weight: a loop body's large loop-invariant
     # constants stay arguments (control_flow.body_graph); the offload treats them as variables.
     weights: frozenset = frozenset()
+    # Placeholders (tensor names) that hold a model's weight, and its value (a TF tensor):
+    # weights held once beside the graph, not in it (freeze's `weights_apart`).
+    weight_values: dict = dataclasses.field(default_factory=dict)
 
     def tensor(self, name: str):
         return self.graph.get_tensor_by_name(name)
 
 
-def freeze(fn, input_signature) -> FrozenGraph:
+def freeze(fn, input_signature, *, weights_apart: bool = False) -> FrozenGraph:
     """Trace `fn` (tf.function, tf.Module with __call__, Keras model, or plain callable),
-    turn variables into constants and fold what is constant (static shapes included)."""
+    turn variables into constants and fold what is constant (static shapes included).
+    `weights_apart`: the weights (weights.py) are Placeholders, their values in
+    `weight_values`, so that no holder of the graph holds them (compile_model)."""
     import tensorflow as tf
 
     from .functionalize import as_tf2
@@ -31,10 +38,14 @@ def freeze(fn, input_signature) -> FrozenGraph:
     concrete = function.get_concrete_function(*input_signature)
     traced, inputs, outputs = _without_variables(concrete)
     # nested jit calls inlined too; TF1 loops and TensorArrays in TF2's forms
-    graph_def = fold_constants(as_tf2(inline_calls(traced)), outputs)
+    graph_def, weights = fold_constants_apart(as_tf2(inline_calls(traced)), outputs)
+    weight_values = values(weights) if weights_apart else {}
+    graph_def = graph_def if weights_apart else restored(graph_def, weights)
+    del weights
     graph = imported(graph_def)
     return FrozenGraph(graph, graph_def, [graph.get_tensor_by_name(t) for t in inputs],
-                       [graph.get_tensor_by_name(t) for t in outputs], concrete.structured_outputs)  # fmt: skip
+                       [graph.get_tensor_by_name(t) for t in outputs], concrete.structured_outputs,
+                       weight_values=weight_values)  # fmt: skip
 
 
 def _without_variables(concrete):
@@ -62,18 +73,23 @@ def _without_variables(concrete):
 
 def fold_constants(graph_def, outputs):
     """Grappler's constant folding only (as TF-TRT runs it): e.g. Shape of a static tensor
-    becomes a Const, so the Reshape fed by it can be converted.
+    becomes a Const, so the Reshape fed by it can be converted. The weights are Consts
+    again after (see fold_constants_apart)."""
+    return restored(*fold_constants_apart(graph_def, outputs))
 
-    Constants of `WEIGHT_BYTES` or more (weights) are Placeholders of their dtype and shape
-    while Grappler runs, and the same Consts again after: Grappler holds several copies of
-    the graph it is given at once, and folding writes a new Const for each Identity of a
-    weight (freezing makes one per read of a variable): an LLM's weights many times over.
-    What is computed from weights alone is folded when a cluster or model is compiled
-    (Relax's FoldConstant), or memoized where they are arguments."""
+
+def fold_constants_apart(graph_def, outputs) -> tuple:
+    """(folded GraphDef, its weights): fold_constants with the weights (weights.split: Consts
+    of `WEIGHT_BYTES` or more) Placeholders of their dtype and shape, their Const NodeDefs
+    beside it. Grappler holds several copies of the graph it is given at once, and folding
+    writes a new Const for each Identity of a weight (freezing makes one per read of a
+    variable): an LLM's weights many times over. What is computed from weights alone is
+    folded when a cluster or model is compiled (Relax's FoldConstant), or memoized where
+    they are arguments."""
     from tensorflow.core.protobuf import config_pb2, meta_graph_pb2
     from tensorflow.python.grappler import tf_optimizer
 
-    light, weights = _weights_as_placeholders(graph_def)
+    light, weights = split(graph_def)
     meta = meta_graph_pb2.MetaGraphDef(graph_def=light)
     fetch = meta_graph_pb2.CollectionDef()
     fetch.node_list.value.extend(outputs)
@@ -82,37 +98,7 @@ def fold_constants(graph_def, outputs):
     rewrite = config.graph_options.rewrite_options
     rewrite.optimizers.extend(["constfold"])
     rewrite.meta_optimizer_iterations = 1
-    folded = tf_optimizer.OptimizeGraph(config, meta)
-    for node in folded.node:
-        if node.op == "Placeholder" and node.name in weights:
-            node.CopyFrom(weights[node.name])
-    return folded
-
-
-# A constant this large is a model's weight, not a shape or an axis (fold_constants,
-# control_flow.body_graph).
-WEIGHT_BYTES = 1 << 20
-
-
-def _weights_as_placeholders(graph_def):
-    """(a copy of `graph_def` whose weight Consts are Placeholders, {name: the Const NodeDef})."""
-    import tensorflow as tf
-
-    light = type(graph_def)()
-    light.versions.CopyFrom(graph_def.versions)
-    light.library.CopyFrom(graph_def.library)
-    weights = {}
-    for node in graph_def.node:
-        value = node.attr["value"].tensor if node.op == "Const" else None
-        size = 0 if value is None else tf.TensorShape(value.tensor_shape).num_elements() * tf.as_dtype(value.dtype).size
-        if size < WEIGHT_BYTES or any(i.startswith("^") for i in node.input):
-            light.node.add().CopyFrom(node)
-            continue
-        weights[node.name] = node
-        placeholder = light.node.add(name=node.name, op="Placeholder", device=node.device)
-        placeholder.attr["dtype"].type = value.dtype
-        placeholder.attr["shape"].shape.CopyFrom(value.tensor_shape)
-    return light, weights
+    return tf_optimizer.OptimizeGraph(config, meta), weights
 
 
 def imported(graph_def):
