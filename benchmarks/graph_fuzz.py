@@ -168,6 +168,35 @@ class Recipe:
         lines.append("return " + ", ".join(f"v{i}" for i in self.outputs))
         return "\n".join(lines)
 
+    @classmethod
+    def parse(cls, text: str) -> Recipe:
+        """The Recipe that printed as `text` (str's inverse): a listed difference, replayed."""
+        import ast
+        import re
+
+        style = TF1_LOOP if text.startswith("# TF1") else "tf2"
+        inputs, steps, outputs = [], [], ()
+        for line in (ln.strip() for ln in text.splitlines()):
+            if not line or line.startswith("#"):
+                continue
+            if line.startswith("return "):
+                outputs = tuple(int(v.strip()[1:]) for v in line[len("return "):].split(","))
+            elif m := re.fullmatch(r"v\d+ = input\((\w+), (\[[^]]*\])(, None first)?\)", line):
+                inputs.append((m.group(1), tuple(ast.literal_eval(m.group(2))), m.group(3) is not None))
+            elif m := re.fullmatch(r"v\d+ = (\w+)\((.*)\)", line):
+                args = [a.strip() for a in m.group(2).split(",") if a.strip()]
+                operands = tuple(int(a[1:]) for a in args if re.fullmatch(r"v\d+", a))
+                rest = [a for a in args if not re.fullmatch(r"v\d+", a)]
+                steps.append((m.group(1), operands, ast.literal_eval(", ".join(rest)) if rest else None))
+            else:
+                raise ValueError(f"not a line of a printed graph: {line!r}")
+        return cls(tuple(inputs), tuple(steps), outputs, style)
+
+    def feeds(self, values) -> list:
+        """`values` (nested lists, as a listed difference keeps them) as arrays of the inputs'
+        dtypes and shapes."""
+        return [np.array(v, dtype=d).reshape(s) for v, (d, s, _) in zip(values, self.inputs)]
+
     def function(self):
         """The graph as TF2 code calls it: a Python function of tensors (TF2's style), or a
         wrapped function of the TF1 graph (TF1_LOOP)."""

@@ -2,13 +2,16 @@
 
     python benchmarks/stress.py [--quick] [--cases N] [--threads T] [--calls M]
                                 [--eager N] [--graph N] [--part fuzz|threads|leaks|graphs]
+    python benchmarks/stress.py --replay FILE
 
 Each part runs in a child process of its own, so a crash is counted and reported
 instead of ending the run. Printed: cases tried and how each ended, threads x calls
 checked against NumPy, RSS / loaded modules / open files before and after the
 long runs, random TF graphs (N of them, graph_fuzz.py) run through TF, optimize,
 compile_model and enable() with every difference from TF listed, and the number of
-crashes. Exits 1 if anything crashed or was wrong.
+crashes. Exits 1 if anything crashed or was wrong. `--replay FILE` runs the graphs a run
+listed with a difference (FILE: its printed output, or the JSON lines it keeps beside a
+crashed child) again, each alone, and says which still differ (exit 1 if any does).
 The tests run each part small (tests/test_reliability.py).
 """
 from __future__ import annotations
@@ -356,6 +359,41 @@ def run_part(part: str, args) -> dict:
     return result
 
 
+def replay(path: str) -> int:
+    """Run again each graph with a difference listed in file `path`; 1 if any still differs."""
+    import logging
+
+    import graph_fuzz
+
+    logging.getLogger("tftvm").setLevel(logging.ERROR)
+    listed = _listed(Path(path).read_text())
+    still = 0
+    for case in listed:
+        recipe = graph_fuzz.Recipe.parse(case["graph"])
+        differences = graph_fuzz.differences(recipe, recipe.feeds(case["feeds"]))
+        still += bool(differences)
+        print(f"{recipe}\nfeeds: {case['feeds']}\n" + ("\n".join(differences) or "now TF's answer on every path") + "\n")
+    print(f"{len(listed)} listed graphs replayed, {still} still differ from TF")
+    return 1 if still else 0
+
+
+def _listed(text: str) -> list[dict]:
+    """The differences (dicts with "graph" and "feeds") in a run's printed output (its JSON
+    objects) or in JSON lines, one difference a line."""
+    decoder, found, i = json.JSONDecoder(), [], 0
+    while (i := text.find("{", i)) != -1:
+        try:
+            obj, end = decoder.raw_decode(text, i)
+        except json.JSONDecodeError:
+            i += 1
+            continue
+        i = end
+        if "graph" in obj:
+            found.append(obj)
+        found += [d for key in ("differences", "differences before") for d in obj.get(key, []) if isinstance(d, dict)]
+    return found
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--quick", action="store_true", help="small counts: a smoke run")
@@ -366,9 +404,12 @@ def main() -> int:
     parser.add_argument("--calls", type=int, default=200, help="calls per thread, each checked")
     parser.add_argument("--eager", type=int, default=100_000, help="eager calls for the leak check")
     parser.add_argument("--graph", type=int, default=10_000, help="tf.function calls for the leak check")
+    parser.add_argument("--replay", metavar="FILE", help="run the graphs FILE lists with a difference again")
     parser.add_argument("--child", help=argparse.SUPPRESS)
     parser.add_argument("--progress-file", help=argparse.SUPPRESS)
     args = parser.parse_args()
+    if args.replay:
+        return replay(args.replay)
     if args.quick:
         args.cases, args.calls, args.eager, args.graph = 200, 20, 10_000, 1_000
     if args.child:

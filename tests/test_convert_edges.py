@@ -377,3 +377,38 @@ def test_float_comparisons_with_a_nan_as_tf(name):
     want = NOT_EQUAL[name](tf.constant(x)).numpy()
     for path, fn in _paths(NOT_EQUAL[name], tf.TensorSpec([None], F32)).items():
         np.testing.assert_array_equal(np.asarray(fn(x)), want, err_msg=path)
+
+
+EDGE_ACTIVATIONS = {
+    "elu": tf.nn.elu,
+    "selu": tf.nn.selu,
+}
+
+
+@pytest.mark.parametrize("name", sorted(EDGE_ACTIVATIONS))
+def test_activations_round_and_keep_signs_as_tf_does(name):
+    """elu(-0.0) and selu(-0.0) are -0.0 in TF (its select takes x < 0 for the exp side; found
+    by the graph fuzzer)."""
+    fn = EDGE_ACTIVATIONS[name]
+    x = np.array([-0.0, 0.0, -7.461146831512451, -6.1035156e-05, 1.4, -20.0, 20.0, np.nan, -np.inf, np.inf],
+                 np.float32)  # fmt: skip
+    want = fn(tf.constant(x)).numpy()
+    for path, compiled in _paths(fn, tf.TensorSpec([None], F32)).items():
+        got = np.asarray(compiled(x))
+        # exp(x) - 1 near 0 cancels: an ulp of exp (1.2e-7 at 1) is what elu and selu may differ by
+        np.testing.assert_allclose(got, want, rtol=2e-6, atol=5e-7, err_msg=path)
+        np.testing.assert_array_equal(np.signbit(got), np.signbit(want), err_msg=path)
+
+
+def test_softplus_keeps_its_precision_where_it_is_small():
+    """softplus(x) for x < 0 is about exp(x): log(1 + exp(x)) rounded 1 + exp(x) first, off by
+    2% at x = -13 and 0 instead of 2e-9 at x = -20. TF's formula (log1p(exp(x)), exp(x) below
+    log(epsilon) + 2) keeps it to an ulp or two. Found by the graph fuzzer, where a truncatemod
+    by softplus(x) made one ulp of the divisor much of the result (TF's own softplus differs by
+    an ulp with the element's place in its vector, so the check is against float64)."""
+    x = np.concatenate([np.linspace(-30, 30, 601), [-7.461146831512451, -6.1e-05, 0.0, -0.0]]).astype(np.float32)
+    want = np.log1p(np.exp(x.astype(np.float64)))
+    # TF itself, as the reference's check (its exp(x) for log1p(exp(x)) below the threshold costs e/2)
+    np.testing.assert_allclose(tf.nn.softplus(x).numpy(), want, rtol=6e-7)
+    for path, compiled in _paths(tf.nn.softplus, tf.TensorSpec([None], F32)).items():
+        np.testing.assert_allclose(np.asarray(compiled(x)), want, rtol=6e-7, err_msg=path)

@@ -41,3 +41,32 @@ def test_the_comparison_tells_nans_infinities_and_ints_apart():
     assert not graph_fuzz.close(np.array([1.0], f), np.array([1.01], f), "float32")
     assert not graph_fuzz.close(np.array([3], np.int32), np.array([4], np.int32), "int32")
     assert not graph_fuzz.close(np.array([1.0], f), np.array([1.0, 1.0], f), "float32")
+
+
+@seed(20261208)
+@settings(max_examples=60, deadline=None, database=None, suppress_health_check=list(HealthCheck))
+@given(graph_fuzz.cases())
+def test_a_printed_graph_parses_back_into_the_same_recipe(case):
+    recipe, feeds = case
+    again = graph_fuzz.Recipe.parse(str(recipe))
+    assert again == recipe, f"\n{recipe}\n{again}"
+    for a, b in zip(again.feeds([f.tolist() for f in feeds]), feeds):
+        assert a.dtype == b.dtype and a.shape == b.shape
+        np.testing.assert_array_equal(a, b)
+
+
+def test_replay_runs_the_listed_graphs_again(tmp_path):
+    """`stress.py --replay` takes the JSON lines the graphs part keeps (or its printed output)
+    and says which listed graphs still differ: selu(-0.0) is -0.0 in TF, and its reciprocal
+    -inf (tftvm gave +inf before; found by the fuzzer)."""
+    import json
+    import subprocess
+
+    listed = tmp_path / "found"
+    graph = "v0 = input(float32, [3])\nv1 = selu(v0)\nv2 = reciprocal(v1)\nreturn v2"
+    listed.write_text(json.dumps({"graph": graph, "feeds": [[-0.0, 0.0, -2.0]], "differences": ["..."]}) + "\n")
+    proc = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "stress.py"), "--replay", str(listed)],
+                          capture_output=True, text=True)  # fmt: skip
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
+    assert "1 listed graphs replayed, 0 still differ from TF" in proc.stdout
+    assert "now TF's answer on every path" in proc.stdout

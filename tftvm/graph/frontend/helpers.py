@@ -92,3 +92,13 @@ def window_pads(ctx, node, sizes, window, strides, dilations) -> list[tuple[int,
         p = [int(v) for v in ctx.attr(node, "explicit_paddings")]
         return [(p[2 * i + 2], p[2 * i + 3]) for i in range(len(window))]
     return [same_padding(*dim) for dim in zip(sizes, window, strides, dilations)]
+
+
+def libm(name: str, dtype: str, value):
+    """A call to libm's `name` (its float32 form, `name` + "f", for float32 and narrower
+    floats, whose value is widened first and the result narrowed, as TF's Eigen does)."""
+    from tvm import tirx
+
+    wide = "float64" if dtype == "float64" else "float32"
+    result = tirx.call_pure_extern(wide, name + ("f" if wide == "float32" else ""), tirx.Cast(wide, value))
+    return tirx.Cast(dtype, result) if wide != dtype else result

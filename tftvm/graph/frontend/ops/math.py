@@ -7,7 +7,7 @@ import operator
 import numpy as np
 from tvm import relax
 
-from ..helpers import checked_axis, product
+from ..helpers import checked_axis, libm, product
 from ..registry import ShapeValue, Unsupported, register_converter, same_dims, shape_arithmetic, shape_tensor
 from .indexing import checked_nonempty
 
@@ -130,16 +130,6 @@ def _softsign(ctx, node, x):
     return op.divide(x, op.add(op.abs(x), relax.const(1, ctx.attr(node, "T"))))
 
 
-def _libm(name: str, dtype: str, value):
-    """A call to libm's `name` (its float32 form, `name` + "f", for float32 and narrower
-    floats, whose value is widened first and the result narrowed, as TF's Eigen does)."""
-    from tvm import tirx
-
-    wide = "float64" if dtype == "float64" else "float32"
-    result = tirx.call_pure_extern(wide, name + ("f" if wide == "float32" else ""), tirx.Cast(wide, value))
-    return tirx.Cast(dtype, result) if wide != dtype else result
-
-
 @register_converter("Log1p", "Expm1", "Atanh")
 def _near_zero(ctx, node, x):
     """libm's log1p and expm1, which keep their precision for an x near 0 where log(1 + x)
@@ -150,8 +140,8 @@ def _near_zero(ctx, node, x):
 
     def element(v, dtype):
         if node.op == "Atanh":
-            return (_libm("log1p", dtype, v) - _libm("log1p", dtype, -v)) * tirx.const(0.5, dtype)
-        return _libm(node.op.lower(), dtype, v)
+            return (libm("log1p", dtype, v) - libm("log1p", dtype, -v)) * tirx.const(0.5, dtype)
+        return libm(node.op.lower(), dtype, v)
 
     return ctx.bb.call_te(lambda t: te.compute(t.shape, lambda *i: element(t[i], t.dtype), name=node.op.lower()), x)
 

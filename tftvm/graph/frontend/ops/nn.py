@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from tvm import relax
 
-from ..helpers import nhwc_only, static_dims, window_pads
+from ..helpers import libm, nhwc_only, static_dims, window_pads
 from ..registry import Unsupported, register_converter
 
 
@@ -14,30 +14,48 @@ def _relu6(ctx, node, x):
     return relax.op.clip(x, 0, 6)  # NaNs pass: see lowering/nans.py
 
 
+# Eigen's machine epsilon per float dtype, from which TF's softplus takes its thresholds.
+_EPSILON = {"float16": 2.0**-10, "bfloat16": 2.0**-7, "float32": 2.0**-23, "float64": 2.0**-52}
+
+
 @register_converter("Softplus")
 def _softplus(ctx, node, x):
-    op = relax.op
-    # log(1 + exp(x)) without overflow: max(x, 0) + log(1 + exp(-|x|))
-    zero = relax.const(0, ctx.attr(node, "T"))
-    one = relax.const(1, ctx.attr(node, "T"))
-    return op.add(op.maximum(x, zero), op.log(op.add(one, op.exp(op.negative(op.abs(x))))))
+    """TF's formula (its softplus functor): x above -t, exp(x) below t, log1p(exp(x)) between,
+    t = log(epsilon) + 2. log(1 + exp(x)) rounds 1 + exp(x) first, an ulp off TF's for
+    x < 0, and a truncatemod by the result makes that ulp large (found by the graph fuzzer)."""
+    import math
+
+    from tvm import te, tirx
+
+    dtype = ctx.attr(node, "T")
+    if dtype not in _EPSILON:
+        raise Unsupported(f"Softplus of {dtype}")
+    t = math.log(_EPSILON[dtype]) + 2.0
+
+    def element(v):
+        e = tirx.exp(v)
+        return tirx.Select(v > tirx.const(-t, dtype), v,
+                           tirx.Select(v < tirx.const(t, dtype), e, libm("log1p", dtype, e)))  # fmt: skip
+
+    return ctx.bb.call_te(lambda a: te.compute(a.shape, lambda *i: element(a[i]), name="softplus"), x)
 
 
 @register_converter("Elu")
 def _elu(ctx, node, x):
+    # TF's select: x < 0 takes exp(x) - 1, so -0.0 (and NaN) pass on as they are.
     op = relax.op
     t = ctx.attr(node, "T")
-    zero, one = relax.const(0, t), relax.const(1, t)
-    return op.where(op.greater(x, zero), x, op.subtract(op.exp(x), one))
+    return op.where(op.less(x, relax.const(0, t)), op.subtract(op.exp(x), relax.const(1, t)), x)
 
 
 @register_converter("Selu")
 def _selu(ctx, node, x):
-    t = ctx.attr(node, "T")
-    scale, alpha = relax.const(1.0507009873554805, t), relax.const(1.6732632423543772, t)
-    elu = _elu(ctx, node, x)
+    # TF's select and constants: scale * alpha is one constant there, x < 0 picks the exp side.
     op = relax.op
-    return op.multiply(scale, op.where(op.greater(x, relax.const(0, t)), x, op.multiply(alpha, elu)))
+    t = ctx.attr(node, "T")
+    scale, scale_alpha = relax.const(1.0507009873554805, t), relax.const(1.7580993408473769, t)
+    negative = op.multiply(scale_alpha, op.subtract(op.exp(x), relax.const(1, t)))
+    return op.where(op.less(x, relax.const(0, t)), negative, op.multiply(scale, x))
 
 
 @register_converter("BiasAdd", "BiasAddV1")
