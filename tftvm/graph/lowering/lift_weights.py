@@ -11,6 +11,8 @@ caller passes the tuple on every call (one argument, made once).
 """
 from __future__ import annotations
 
+import functools
+
 WEIGHTS_PARAM = "weights"
 
 
@@ -59,21 +61,36 @@ def _with_weights_param(func, index: dict, constants: list, weights_ty):
     from tvm import relax
 
     param = relax.Var(WEIGHTS_PARAM, weights_ty)
-    items = {}  # position in `constants` -> the Var bound to that item
-
-    @relax.expr_functor.mutator
-    class Lifter(relax.PyExprMutator):
-        def visit_generic_const_(self, op):
-            i = index.get(_key(op))
-            if i is None:
-                return op
-            if i not in items:
-                items[i] = relax.Var(f"weight{i}", constants[i].ty)
-            return items[i]
-
-    body = Lifter().visit_expr(func.body)
+    lifter = _lifter()(index, constants)
+    body = lifter.visit_expr(func.body)
+    items = lifter.items
+    # The mutator lives on in TVM's FFI (a cycle Python's collector cannot see): it keeps no weights.
+    lifter.index, lifter.constants, lifter.items = {}, [], {}
     if not items:
         return func
     bindings = [relax.VarBinding(items[i], relax.TupleGetItem(param, i)) for i in sorted(items)]
     body = relax.SeqExpr([relax.BindingBlock(bindings), *body.blocks], body.body)
     return relax.Function([*func.params, param], body, func.ret_ty, func.is_pure, func.attrs, func.span)
+
+
+@functools.cache
+def _lifter():
+    """The mutator class (made once: each class TVM's decorator makes is kept for good)."""
+    from tvm import relax
+
+    @relax.expr_functor.mutator
+    class Lifter(relax.PyExprMutator):
+        def __init__(self, index: dict, constants: list):
+            super().__init__()
+            self.index, self.constants = index, constants
+            self.items = {}  # position in `constants` -> the Var bound to that item
+
+        def visit_generic_const_(self, op):
+            i = self.index.get(_key(op))
+            if i is None:
+                return op
+            if i not in self.items:
+                self.items[i] = relax.Var(f"weight{i}", self.constants[i].ty)
+            return self.items[i]
+
+    return Lifter
