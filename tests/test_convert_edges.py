@@ -263,6 +263,25 @@ def test_the_sum_of_one_negative_zero_keeps_its_sign_as_in_tf(name):
         np.testing.assert_array_equal(np.asarray(fn(x)), want, err_msg=path)
 
 
+NONE_AXIS_SUMS = {
+    "1 / sum": lambda v: 1.0 / tf.reduce_sum(v, 0),
+    "1 / mean": lambda v: 1.0 / tf.reduce_mean(v, 0, keepdims=True),
+    "1 / sum of it all": lambda v: 1.0 / tf.reduce_sum(v[:, :1]),
+}
+
+
+@pytest.mark.parametrize("name", sorted(NONE_AXIS_SUMS))
+def test_a_none_axis_that_holds_one_element_when_called_keeps_a_negative_zero(name):
+    """The same over a `None` axis: one row as called passes its -0.0 on (1 / sum: -inf, as
+    in TF), two rows of -0.0 sum to +0.0 (+inf), none to +0.0 (a mean: NaN)."""
+    fn = NONE_AXIS_SUMS[name]
+    for rows in ([[-0.0, -0.0]], [[-0.0, 1.0], [-0.0, -2.0]], np.zeros((0, 2))):
+        x = np.asarray(rows, np.float32).reshape(-1, 2)
+        want = fn(tf.constant(x)).numpy()
+        for path, compiled in _paths(fn, tf.TensorSpec([None, 2], F32)).items():
+            np.testing.assert_array_equal(np.asarray(compiled(x)), want, err_msg=f"{path}, {len(x)} rows")
+
+
 def test_compile_model_reads_denormals_as_zero_as_tf_does():
     """TF's threads (where TvmCall kernels run) flush denormals; compile_model's VM is called
     from Python's thread, which now flushes them too while it runs."""
