@@ -293,9 +293,10 @@ PROGRESS_MARK = "# graph "  # the progress file's first line: how many graphs th
 FOUND_SUFFIX = ".found"  # beside the progress file: the differences found so far, a JSON line each
 
 
-def graphs(count: int, seed: int, progress_file: str | None) -> dict:
+def graphs(count: int, seed: int, progress_file: str | None, batch: int = 0) -> dict:
     """`count` random graphs (hypothesis, generation only: every difference is listed, none
-    stops the run; tests/test_graph_fuzz.py shrinks the ones it finds)."""
+    stops the run; tests/test_graph_fuzz.py shrinks the ones it finds). Batch 0 draws from
+    `seed`, batch i from "seed/i"."""
     import logging
 
     import graph_fuzz
@@ -306,7 +307,7 @@ def graphs(count: int, seed: int, progress_file: str | None) -> dict:
     graph_fuzz.ops()
     found, ran = [], [0]
 
-    @hypothesis_seed(seed)
+    @hypothesis_seed(seed if batch == 0 else f"{seed}/{batch}")
     @settings(max_examples=count, deadline=None, database=None, phases=[Phase.generate],
               suppress_health_check=list(HealthCheck))  # fmt: skip
     @given(graph_fuzz.cases())
@@ -332,10 +333,37 @@ def graphs(count: int, seed: int, progress_file: str | None) -> dict:
 # ---------------------------------------------------------------------------
 
 
-def run_part(part: str, args) -> dict:
+# Random graphs per child process: each compiled model's library stays loaded (TVM never
+# unloads one), and a process holds at most vm.max_map_count (65530) mappings, some five a
+# library: about ten thousand graphs in one process aborted it.
+GRAPHS_PER_CHILD = 2000
+
+
+def run_graphs(args) -> dict:
+    """The graphs part in children of GRAPHS_PER_CHILD graphs each, their results summed."""
+    results = []
+    for batch, start in enumerate(range(0, args.cases, GRAPHS_PER_CHILD)):
+        results.append(run_part("graphs", args, cases=min(GRAPHS_PER_CHILD, args.cases - start), batch=batch))
+    if len(results) == 1:
+        return results[0]
+    total = {"part": "graphs", "children": len(results), "crashes": sum(r["crashes"] for r in results)}
+    total["graphs"] = sum(r.get("graphs", r.get("graphs before", 0)) for r in results)
+    total["with differences"] = sum(r.get("with differences", len(r.get("differences before", []))) for r in results)
+    total["seconds"] = round(sum(r.get("seconds", 0) for r in results), 1)
+    total["differences"] = [d for r in results for d in r.get("differences", r.get("differences before", []))]
+    failed = [r for r in results if r.get("failed") or r["crashes"]]
+    if failed:
+        total["failed"] = any(r.get("failed") for r in failed)
+        total["failed children"] = [{k: v for k, v in r.items() if k not in ("differences", "differences before")}
+                                    for r in failed]  # fmt: skip
+    return total
+
+
+def run_part(part: str, args, cases: int | None = None, batch: int = 0) -> dict:
     """Run one part in a child process; a crash there is reported, not fatal here."""
     with tempfile.NamedTemporaryFile("r", suffix=".case") as progress:
-        cmd = [sys.executable, __file__, "--child", part, "--cases", str(args.cases), "--seed", str(args.seed),
+        cmd = [sys.executable, __file__, "--child", part, "--cases", str(args.cases if cases is None else cases),
+               "--batch", str(batch), "--seed", str(args.seed),
                "--threads", str(args.threads), "--calls", str(args.calls), "--eager", str(args.eager),
                "--graph", str(args.graph), "--progress-file", progress.name]  # fmt: skip
         env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2")
@@ -406,6 +434,7 @@ def main() -> int:
     parser.add_argument("--graph", type=int, default=10_000, help="tf.function calls for the leak check")
     parser.add_argument("--replay", metavar="FILE", help="run the graphs FILE lists with a difference again")
     parser.add_argument("--child", help=argparse.SUPPRESS)
+    parser.add_argument("--batch", type=int, default=0, help=argparse.SUPPRESS)
     parser.add_argument("--progress-file", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.replay:
@@ -418,12 +447,13 @@ def main() -> int:
 
             tf.config.threading.set_inter_op_parallelism_threads(4)
         result = {"fuzz": lambda: fuzz(args.cases, args.seed, args.progress_file),
-                  "graphs": lambda: graphs(args.cases, args.seed, args.progress_file),
+                  "graphs": lambda: graphs(args.cases, args.seed, args.progress_file, args.batch),
                   "threads": lambda: threads(args.threads, args.calls),
                   "leaks": lambda: leaks(args.eager, args.graph)}[args.child]()  # fmt: skip
         print("RESULT " + json.dumps(result))
         return 0
-    results = [run_part(part, args) for part in args.part or ["fuzz", "threads", "leaks", "graphs"]]
+    results = [run_graphs(args) if part == "graphs" else run_part(part, args)
+               for part in args.part or ["fuzz", "threads", "leaks", "graphs"]]  # fmt: skip
     for r in results:
         print(json.dumps(r, indent=1, ensure_ascii=False))
     crashes = sum(r["crashes"] for r in results)

@@ -79,7 +79,26 @@ def test_compiling_a_model_again_and_again_keeps_no_copy_of_its_weights(rng):
 
     compiled_once()  # the kernel compiled and cached, TF's functions traced
     before = _anon_bytes()
-    for _ in range(4):
+    for _ in range(6):
         compiled_once()
     grown = _anon_bytes() - before
-    assert grown < 1.5 * w.numpy().nbytes, f"{grown / 2**20:.1f} MiB more after 4 compiles"
+    # a kept copy per compile is 6 weights more; what TF's allocator keeps of freed tensors is up to 2
+    assert grown < 3 * w.numpy().nbytes, f"{grown / 2**20:.1f} MiB more after 6 compiles"
+
+
+def test_a_model_compiled_again_maps_its_library_once(rng):
+    """TVM never unloads a library it loaded, and a process holds at most vm.max_map_count
+    (65530) mappings: the fuzzer's process aborted after some ten thousand compiled models,
+    each loaded from a file of its own. Kept in the cache by content, a model's library is
+    mapped once however often the model is compiled."""
+    def mappings() -> int:
+        return sum(1 for line in open("/proc/self/maps") if "/vm/" in line and line.rstrip().endswith(".so"))
+
+    x = rng.standard_normal((2, 6)).astype(np.float32)
+    before = mappings()
+    for i in range(3):
+        compiled = tftvm.compile_model(lambda v: tf.nn.relu(v) * 3.0 - 1.0, [tf.TensorSpec([None, 6])])
+        np.testing.assert_allclose(compiled(x).numpy(), np.maximum(x, 0) * 3 - 1, rtol=1e-6, atol=1e-6)
+        if i == 0:
+            first = mappings() - before
+    assert first > 0 and mappings() - before == first

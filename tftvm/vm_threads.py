@@ -12,19 +12,50 @@ TVM's pool, for the VM as for a TvmCall.
 from __future__ import annotations
 
 import functools
+import logging
 import os
 import tempfile
+from pathlib import Path
+
+log = logging.getLogger(__name__)
 
 LIBRARY = "model.so"
 
 
 def loaded(executable):
     """The runtime module of `executable` (what `tvm.compile` returns), loaded from a shared
-    library written for it, its parallel loops on tftvm's launcher."""
+    library written for it, its parallel loops on tftvm's launcher.
+
+    The library is kept in the cache under its SHA-256 and loaded from there: TVM never
+    unloads a library it loaded (one leaked reference, in TVM's runtime), so each load of a
+    new file maps another copy for good, and a process that compiles some ten thousand
+    models runs out of memory mappings and aborts. Loaded from one path per content, a model
+    compiled again maps nothing new (dlopen finds the library it has)."""
     with tempfile.TemporaryDirectory(prefix="tftvm-vm-") as tmp:
         path = os.path.join(tmp, LIBRARY)
         executable.export_library(path)
-        return load(path)  # the loaded library stays mapped once its file is gone
+        return load(_kept(path))
+
+
+def _kept(path: str) -> str:
+    """`path`'s library kept in the cache, named by its SHA-256: the path to load (`path`
+    itself where the cache cannot be written). Written beside and renamed into place, so
+    that another process sees the whole file or none."""
+    import hashlib
+
+    from . import cache_dir
+
+    data = Path(path).read_bytes()
+    try:
+        kept = cache_dir.subdir("vm") / f"{hashlib.sha256(data).hexdigest()}.so"
+        if not kept.exists() or hashlib.sha256(kept.read_bytes()).hexdigest() != kept.stem:
+            partial = kept.with_name(f"{kept.name}.{os.getpid()}.partial")
+            partial.write_bytes(data)
+            os.replace(partial, kept)
+        return str(kept)
+    except OSError as err:
+        log.warning("could not keep the model's library in the cache (%s); loading it from %s", err, path)
+        return path
 
 
 def load(path):
