@@ -431,3 +431,30 @@ def test_softplus_keeps_its_precision_where_it_is_small():
     np.testing.assert_allclose(tf.nn.softplus(x).numpy(), want, rtol=6e-7)
     for path, compiled in _paths(tf.nn.softplus, tf.TensorSpec([None], F32)).items():
         np.testing.assert_allclose(np.asarray(compiled(x)), want, rtol=6e-7, err_msg=path)
+
+
+def test_erf_of_a_tiny_x_is_not_flushed_to_zero():
+    """erf(x) is about 1.128 x near 0; the fast rational form multiplies x by 0.016 first,
+    a denormal below |x| ~ 7e-37, which the kernels' threads flush (as TF's do): erf was 0
+    there, and erf(x) / erf(x) NaN where TF gives 1 (found by the graph fuzzer)."""
+    import math
+
+    x = np.array([1.1754943508222875e-38, -2e-38, 1e-30, -1e-20, 1e-10, 3e-5, -9.9e-5, 1.01e-4, 0.3, 0.0, -0.0],
+                 np.float32)  # fmt: skip
+    want = np.array([math.erf(2.0 * float(v)) for v in x])
+    fn = lambda v: tf.math.erf(v * 2.0)  # noqa: E731  one kernel of two ops (one op alone stays in TF)
+    for path, compiled in _paths(fn, tf.TensorSpec([None], F32)).items():
+        got = np.asarray(compiled(x))
+        np.testing.assert_allclose(got, want, rtol=3e-7, atol=0, err_msg=path)
+        np.testing.assert_array_equal(np.signbit(got), np.signbit(x), err_msg=path)
+
+
+def test_a_transpose_of_static_dims_with_no_elements_compiles():
+    """A transpose of dims [0, 1] only reorders a dim of 1: Relax's RewriteDataflowReshape
+    makes such a kernel a reshape, and derived [1, 1] for it, which Relax refused, so
+    compile_model raised where TF gives an empty [1, 0] (found by the graph fuzzer)."""
+    fn = lambda v: (tf.abs(v), tf.transpose(tf.abs(v)))  # noqa: E731
+    x = np.zeros((0, 1), np.float32)
+    for path, compiled in _paths(fn, tf.TensorSpec([0, 1], F32)).items():
+        got = [np.asarray(t) for t in compiled(x)]
+        assert [g.shape for g in got] == [(0, 1), (1, 0)], path

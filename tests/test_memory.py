@@ -102,3 +102,15 @@ def test_a_model_compiled_again_maps_its_library_once(rng):
         if i == 0:
             first = mappings() - before
     assert first > 0 and mappings() - before == first
+
+
+def test_compile_model_copies_a_misaligned_input_instead_of_failing():
+    """A TF tensor viewing NumPy memory 4 bytes past a 64-byte boundary: TVM refuses it
+    through DLPack, and the fallback that copies it named an error type TVM does not have
+    (AttributeError instead of the answer)."""
+    compiled = tftvm.compile_model(lambda v: v * 2.0, [tf.TensorSpec([None])])
+    base = np.arange(65, dtype=np.float32)
+    view = base[1:]
+    assert view.ctypes.data % 64 != 0
+    t = tf.experimental.dlpack.from_dlpack(view.__dlpack__())
+    np.testing.assert_array_equal(compiled(t).numpy(), view * 2)

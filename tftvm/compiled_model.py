@@ -564,7 +564,12 @@ def _build(mod, target, database, what: str) -> tuple:
     start = time.perf_counter()
     scheduled, kernels, tuned = _fused_and_scheduled(mod, target, database)
     scheduled, weights = lift_weights.lift(scheduled, WEIGHT_BYTES)
-    executable = tvm.compile(scheduled, target=target)
+    # fuse() rewrote the reshape kernels already (program.py: as TVM's pass would, where it can)
+    current = tvm.transform.PassContext.current()
+    with tvm.transform.PassContext(opt_level=current.opt_level, config=current.config,
+                                   required_pass=list(current.required_pass), instruments=list(current.instruments),
+                                   disabled_pass=[*current.disabled_pass, "RewriteDataflowReshape"]):  # fmt: skip
+        executable = tvm.compile(scheduled, target=target)
     log.info("compiled %s (%d kernels, %d tuned) in %.2f s", what, kernels, tuned, time.perf_counter() - start)
     return executable, kernels, tuned, weights
 
