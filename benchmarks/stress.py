@@ -344,6 +344,10 @@ def run_graphs(args) -> dict:
     results = []
     for batch, start in enumerate(range(0, args.cases, GRAPHS_PER_CHILD)):
         results.append(run_part("graphs", args, cases=min(GRAPHS_PER_CHILD, args.cases - start), batch=batch))
+        done = results[-1]
+        print(f"graphs {start + 1}-{start + done.get('graphs', done.get('graphs before', 0))} of {args.cases}: "
+              f"{done.get('with differences', len(done.get('differences before', [])))} with differences, "
+              f"{done['crashes']} crashes", flush=True)  # fmt: skip
     if len(results) == 1:
         return results[0]
     total = {"part": "graphs", "children": len(results), "crashes": sum(r["crashes"] for r in results)}
