@@ -224,7 +224,8 @@ class CompiledModel:
 
     def export(self, path) -> Path:
         """Write the model to directory `path`: the TVM library, the graph its TF ops come
-        from, and a manifest. `tftvm.load_model(path)` loads it in any process."""
+        from (its weights Consts there), the kernels' packed layouts of weights (WEIGHTS) and
+        a manifest. `tftvm.load_model(path)` loads it in any process."""
         import tensorflow as tf
 
         import tvm
