@@ -59,10 +59,12 @@ def restored(graph_def, weights: dict):
 
 
 def values(weights: dict) -> dict:
-    """{tensor name: TF tensor} of `weights` (split's Const NodeDefs)."""
+    """{tensor name: TF tensor} of `weights` (split's Const NodeDefs), in host memory, where
+    TVM's CPU kernels read them (a TF with a GPU would place them there)."""
     import tensorflow as tf
 
-    return {name + ":0": tf.constant(tf.make_ndarray(node.attr["value"].tensor)) for name, node in weights.items()}
+    with tf.device("/CPU:0"):
+        return {name + ":0": tf.constant(tf.make_ndarray(node.attr["value"].tensor)) for name, node in weights.items()}
 
 
 def with_constants(graph_def, weight_values: dict):
