@@ -458,3 +458,16 @@ def test_a_transpose_of_static_dims_with_no_elements_compiles():
     for path, compiled in _paths(fn, tf.TensorSpec([0, 1], F32)).items():
         got = [np.asarray(t) for t in compiled(x)]
         assert [g.shape for g in got] == [(0, 1), (1, 0)], path
+
+
+def test_tanh_of_a_tiny_x_is_x_as_in_tf():
+    """TF's tanh returns x itself for |x| < 3.5e-4, where the rational form was an ulp off:
+    tanh(x) > x and tanh(x) != x then gave other answers than TF's (found by the graph fuzzer)."""
+    x = np.array([1e-38, -3e-20, 1e-8, -2.5e-5, 3.4e-4, -3.4e-4, 0.0, -0.0, 0.5, -3.0, np.nan], np.float32)
+    fn = lambda v: (tf.tanh(v), tf.greater(tf.tanh(v), v), tf.not_equal(tf.tanh(v), v))  # noqa: E731
+    want = [t.numpy() for t in fn(tf.constant(x))]
+    for path, compiled in _paths(fn, tf.TensorSpec([None], F32)).items():
+        got = [np.asarray(t) for t in compiled(x)]
+        np.testing.assert_allclose(got[0], want[0], rtol=3e-7, atol=0, err_msg=path)
+        np.testing.assert_array_equal(got[1], want[1], err_msg=path)
+        np.testing.assert_array_equal(got[2], want[2], err_msg=path)
