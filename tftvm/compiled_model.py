@@ -32,6 +32,7 @@ from .graph.tfgraph.functions import graph_runner, register_functions, with_new_
 from .graph.tfgraph.names import tensor_name
 from .graph.tfgraph.subgraph import cut_out
 from .graph.tfgraph.weights import WEIGHT_BYTES, split, values, with_constants
+from .kernel import pass_context_like_current
 from .tensors import to_tf, to_tvm
 
 log = logging.getLogger(__name__)
@@ -566,10 +567,7 @@ def _build(mod, target, database, what: str) -> tuple:
     scheduled, kernels, tuned = _fused_and_scheduled(mod, target, database)
     scheduled, weights = lift_weights.lift(scheduled, WEIGHT_BYTES)
     # fuse() rewrote the reshape kernels already (program.py: as TVM's pass would, where it can)
-    current = tvm.transform.PassContext.current()
-    with tvm.transform.PassContext(opt_level=current.opt_level, config=current.config,
-                                   required_pass=list(current.required_pass), instruments=list(current.instruments),
-                                   disabled_pass=[*current.disabled_pass, "RewriteDataflowReshape"]):  # fmt: skip
+    with pass_context_like_current(disabled_pass=["RewriteDataflowReshape"]):
         executable = tvm.compile(scheduled, target=target)
     log.info("compiled %s (%d kernels, %d tuned) in %.2f s", what, kernels, tuned, time.perf_counter() - start)
     return executable, kernels, tuned, weights

@@ -234,13 +234,21 @@ def _pass_context(skip_asserts: bool):
     is otherwise the same (opt level, passes, config)."""
     import tvm
 
-    current = tvm.transform.PassContext.current()
     if not skip_asserts:
-        return current
+        return tvm.transform.PassContext.current()
+    return pass_context_like_current(config={"tirx.disable_assert": True})
+
+
+def pass_context_like_current(*, config=None, disabled_pass=()):
+    """A PassContext as the current one (opt level, passes, instruments, config), with `config`
+    added and the passes `disabled_pass` named disabled too."""
+    import tvm
+
+    current = tvm.transform.PassContext.current()
     return tvm.transform.PassContext(
         opt_level=current.opt_level, required_pass=list(current.required_pass),
-        disabled_pass=list(current.disabled_pass), instruments=list(current.instruments),
-        config={**current.config, "tirx.disable_assert": True})  # fmt: skip
+        disabled_pass=[*current.disabled_pass, *disabled_pass], instruments=list(current.instruments),
+        config={**current.config, **(config or {})})  # fmt: skip
 
 
 def _has_asserts(script: str) -> bool:

@@ -66,10 +66,10 @@ def _with_weights_param(func, index: dict, constants: list, weights_ty):
     items = lifter.items
     # The mutator lives on in TVM's FFI (a cycle Python's collector cannot see): it keeps no weights.
     lifter.index, lifter.constants, lifter.items = {}, [], {}
-    if not items:
-        return func
+    # Every entry takes the parameter, whether it reads a weight or not: the caller passes it to each.
     bindings = [relax.VarBinding(items[i], relax.TupleGetItem(param, i)) for i in sorted(items)]
-    body = relax.SeqExpr([relax.BindingBlock(bindings), *body.blocks], body.body)
+    blocks = [relax.BindingBlock(bindings), *body.blocks] if bindings else list(body.blocks)
+    body = relax.SeqExpr(blocks, body.body)
     return relax.Function([*func.params, param], body, func.ret_ty, func.is_pure, func.attrs, func.span)
 
 
